@@ -1,0 +1,45 @@
+# Magnetar: the two commands are `make run` and `make test`; everything else is a helper.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install run test test-fast lint fmt proto bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+## run: start the broker on the embedded defaults (binary 6650, HTTP 8080, data in ./data)
+run: install
+	$(VENV)/bin/magnetar standalone
+
+## test: install everything the suite needs, then run the whole suite (slow tests included)
+test: install
+	$(PY) -m pytest
+
+test-fast: install
+	$(PY) -m pytest -m 'not slow'
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+fmt: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+## proto: regenerate protocol/_pb from protocol/PulsarApi.proto
+proto: install
+	$(PY) -m protocol._generate
+
+bench: install
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Magnetar broker: asyncio server speaking the Pulsar binary protocol."""

@@ -1,0 +1,1 @@
+"""Magnetar client library (asyncio-native, with a blocking facade)."""

@@ -1,0 +1,1 @@
+"""Spark connector: format("dedup-topic") (Python Data Source API)."""
