@@ -1,0 +1,381 @@
+"""The broker's one configuration object, and how it is loaded.
+
+`BrokerConfig` is a frozen dataclass passed explicitly to everything that needs a setting
+(uvicorn's single `Config`); nothing reads settings from globals or the environment.
+
+Rules this module keeps:
+
+1. Names: every setting has exactly one file/CLI key, the camelCase name Pulsar uses in
+   `broker.conf` where the concept exists (`brokerServicePort`), and one attribute, its
+   snake_case (`broker_service_port`). `conf/broker.toml` uses the keys; code uses attributes.
+2. Every instance is valid: `__post_init__` checks type and range of every field, so a
+   `BrokerConfig(...)` built directly in a test is held to the same rules as one loaded from
+   a file. Anything wrong raises `ConfigError` whose message names the key.
+3. Unknown keys are errors, never ignored: a typo in a config file must not silently fall
+   back to a default.
+4. The defaults live here only; `conf/broker.toml` repeats them with comments and a test
+   checks that the two agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+__all__ = ["BrokerConfig", "ConfigError", "config_keys", "load_config"]
+
+# Java's MESSAGE_SIZE_FRAME_PADDING: a frame carries the message plus command and metadata,
+# so the frame reader accepts this much more than maxMessageSize.
+_FRAME_PADDING = 10 * 1024
+# CommandConnected.max_message_size is an int32 on the wire.
+_INT32_MAX = 2**31 - 1
+_MAX_PORT = 65535
+
+
+class ConfigError(Exception):
+    """A configuration key is unknown or has an unacceptable value.
+
+    `key` is the camelCase key at fault (None for file-level problems such as a missing
+    file); the message always names it.
+    """
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """What a field accepts: its key plus an inclusive range or a set of choices."""
+
+    key: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    non_empty: bool = False
+
+
+_T = TypeVar("_T")
+
+
+def _setting(
+    key: str,
+    default: _T,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    choices: tuple[str, ...] = (),
+    non_empty: bool = False,
+) -> _T:
+    """Declare a field: its default and the `_Rule` `__post_init__` enforces."""
+    rule = _Rule(key, minimum, maximum, choices, non_empty)
+    result: _T = field(default=default, metadata={"rule": rule})
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Resolved broker settings. See `conf/broker.toml` for what each key means."""
+
+    # --- identity and sockets -------------------------------------------------------------
+    cluster_name: str = _setting("clusterName", "standalone", non_empty=True)
+    bind_address: str = _setting("bindAddress", "0.0.0.0", non_empty=True)
+    advertised_address: str = _setting("advertisedAddress", "localhost", non_empty=True)
+    broker_service_port: int = _setting("brokerServicePort", 6650, minimum=0, maximum=_MAX_PORT)
+    web_service_port: int = _setting("webServicePort", 8080, minimum=0, maximum=_MAX_PORT)
+    data_dir: str = _setting("dataDir", "./data", non_empty=True)
+
+    # --- connections ----------------------------------------------------------------------
+    max_message_size: int = _setting(
+        "maxMessageSize", 5_242_880, minimum=1, maximum=_INT32_MAX - _FRAME_PADDING
+    )
+    keep_alive_interval_seconds: int = _setting("keepAliveIntervalSeconds", 30, minimum=1)
+    connection_handshake_timeout_seconds: int = _setting(
+        "connectionHandshakeTimeoutSeconds", 10, minimum=1
+    )
+    max_pending_publish_requests_per_connection: int = _setting(
+        "maxPendingPublishRequestsPerConnection", 1000, minimum=1
+    )
+    connection_write_buffer_high_water_mark_bytes: int = _setting(
+        "connectionWriteBufferHighWaterMarkBytes", 4_194_304, minimum=1
+    )
+    connection_write_buffer_low_water_mark_bytes: int = _setting(
+        "connectionWriteBufferLowWaterMarkBytes", 1_048_576, minimum=0
+    )
+    broker_shutdown_timeout_ms: int = _setting("brokerShutdownTimeoutMs", 10_000, minimum=0)
+    allow_auto_topic_creation: bool = _setting("allowAutoTopicCreation", True)
+    # Partitioned auto-creation is not implemented; refusing the value beats ignoring it.
+    allow_auto_topic_creation_type: str = _setting(
+        "allowAutoTopicCreationType", "non-partitioned", choices=("non-partitioned",)
+    )
+
+    # --- storage --------------------------------------------------------------------------
+    managed_ledger_max_entries_per_ledger: int = _setting(
+        "managedLedgerMaxEntriesPerLedger", 50_000, minimum=1
+    )
+    managed_ledger_max_size_per_ledger_mbytes: int = _setting(
+        "managedLedgerMaxSizePerLedgerMbytes", 2048, minimum=1
+    )
+    managed_ledger_cache_size_mb: int = _setting("managedLedgerCacheSizeMB", 64, minimum=0)
+    journal_sync_data: bool = _setting("journalSyncData", True)
+    journal_max_group_wait_msec: float = _setting("journalMaxGroupWaitMSec", 1.0, minimum=0)
+    journal_max_group_size_bytes: int = _setting("journalMaxGroupSizeBytes", 4_194_304, minimum=1)
+    managed_ledger_cursor_persist_interval_ms: int = _setting(
+        "managedLedgerCursorPersistIntervalMs", 1000, minimum=0
+    )
+    # -1 = keep forever, 0 = delete once every subscription has consumed (Pulsar semantics).
+    default_retention_time_in_minutes: int = _setting(
+        "defaultRetentionTimeInMinutes", 0, minimum=-1
+    )
+    default_retention_size_in_mb: int = _setting("defaultRetentionSizeInMB", 0, minimum=-1)
+    managed_ledger_max_batch_deleted_index_to_persist: int = _setting(
+        "managedLedgerMaxBatchDeletedIndexToPersist", 10_000, minimum=0
+    )
+    dispatcher_max_read_batch_size: int = _setting("dispatcherMaxReadBatchSize", 100, minimum=1)
+    dispatcher_max_read_size_bytes: int = _setting(
+        "dispatcherMaxReadSizeBytes", 5_242_880, minimum=1
+    )
+
+    # --- PIP-6 deduplication --------------------------------------------------------------
+    # Pulsar defaults this to false because dedup costs a snapshot cursor per topic. Magnetar
+    # defaults it to true: effectively-once publishing is the product, and a broker that
+    # silently stores retried duplicates unless configured otherwise would undermine it.
+    broker_deduplication_enabled: bool = _setting("brokerDeduplicationEnabled", True)
+    broker_deduplication_entries_interval: int = _setting(
+        "brokerDeduplicationEntriesInterval", 1000, minimum=1
+    )
+    broker_deduplication_snapshot_interval_seconds: int = _setting(
+        "brokerDeduplicationSnapshotIntervalSeconds", 120, minimum=0
+    )
+    broker_deduplication_snapshot_frequency_in_seconds: int = _setting(
+        "brokerDeduplicationSnapshotFrequencyInSeconds", 10, minimum=0
+    )
+    broker_deduplication_max_number_of_producers: int = _setting(
+        "brokerDeduplicationMaxNumberOfProducers", 10_000, minimum=1
+    )
+    broker_deduplication_producer_inactivity_timeout_minutes: int = _setting(
+        "brokerDeduplicationProducerInactivityTimeoutMinutes", 360, minimum=1
+    )
+
+    # --- PIP-54 batch-index acknowledgement -----------------------------------------------
+    acknowledgment_at_batch_index_level_enabled: bool = _setting(
+        "acknowledgmentAtBatchIndexLevelEnabled", True
+    )
+
+    # --- delivery -------------------------------------------------------------------------
+    delayed_delivery_enabled: bool = _setting("delayedDeliveryEnabled", True)
+    delayed_delivery_tick_time_millis: int = _setting(
+        "delayedDeliveryTickTimeMillis", 1000, minimum=1
+    )
+    # Accepted for broker.conf compatibility; Key_Shared always uses auto-split hash ranges.
+    subscription_key_shared_use_consistent_hashing: bool = _setting(
+        "subscriptionKeySharedUseConsistentHashing", False
+    )
+
+    # --- logging and metrics --------------------------------------------------------------
+    log_level: str = _setting("logLevel", "INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    expose_topic_level_metrics_in_prometheus: bool = _setting(
+        "exposeTopicLevelMetricsInPrometheus", True
+    )
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            checked = _check_value(f.metadata["rule"], type(f.default), getattr(self, f.name))
+            # Coercions (int -> float, PathLike -> str) must stick on a frozen instance.
+            object.__setattr__(self, f.name, checked)
+        low = self.connection_write_buffer_low_water_mark_bytes
+        if low > self.connection_write_buffer_high_water_mark_bytes:
+            raise ConfigError(
+                "connectionWriteBufferLowWaterMarkBytes must not exceed "
+                f"connectionWriteBufferHighWaterMarkBytes ({low} > "
+                f"{self.connection_write_buffer_high_water_mark_bytes})",
+                key="connectionWriteBufferLowWaterMarkBytes",
+            )
+
+    # --- derived values the broker uses -----------------------------------------------------
+
+    @property
+    def data_path(self) -> Path:
+        """`dataDir` as a Path (relative paths resolve against the working directory)."""
+        return Path(self.data_dir)
+
+    @property
+    def frame_limit(self) -> int:
+        """Largest frame (`totalSize`) the frame reader accepts: message plus 10 KiB padding."""
+        return self.max_message_size + _FRAME_PADDING
+
+    @property
+    def shutdown_timeout_seconds(self) -> float:
+        """`brokerShutdownTimeoutMs` in seconds, for `asyncio.wait_for`-style bounds."""
+        return self.broker_shutdown_timeout_ms / 1000
+
+    @property
+    def journal_max_group_wait_seconds(self) -> float:
+        """`journalMaxGroupWaitMSec` in seconds."""
+        return self.journal_max_group_wait_msec / 1000
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings keyed by their camelCase key, in declaration order."""
+        return {_rule(f).key: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def describe(self) -> str:
+        """The resolved settings as `key = value` lines; valid TOML, for logs and `config`."""
+        return "".join(f"{key} = {_toml_scalar(value)}\n" for key, value in self.as_dict().items())
+
+
+_NO_OVERRIDES: Mapping[str, str] = MappingProxyType({})
+
+
+def config_keys() -> tuple[str, ...]:
+    """Every accepted camelCase key, in declaration order."""
+    return tuple(_FIELDS_BY_KEY)
+
+
+def load_config(path: Path | None, overrides: Mapping[str, str] = _NO_OVERRIDES) -> BrokerConfig:
+    """Build the configuration from defaults, a TOML file, then `--set` overrides.
+
+    Args:
+        path: a flat TOML file of camelCase keys; None means defaults only.
+        overrides: `key -> text` pairs applied after the file. The text is read as a TOML
+            scalar (`true`, `42`, `1.5`, `"x"`); for string settings unquoted text is taken
+            literally, so `--set dataDir=/tmp/x` works.
+
+    Raises:
+        ConfigError: the file cannot be read or parsed, or a key is unknown or has a bad
+            value. The message names the key and where it came from.
+    """
+    values: dict[str, Any] = {}
+    if path is not None:
+        for key, value in _read_toml(path).items():
+            values[key] = _checked(key, value, source=str(path))
+    for key, text in overrides.items():
+        values[key] = _checked(key, _parse_override(key, text), source="--set")
+    names = {_FIELDS_BY_KEY[key].name: value for key, value in values.items()}
+    return BrokerConfig(**names)
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def _rule(f: dataclasses.Field[Any]) -> _Rule:
+    rule: _Rule = f.metadata["rule"]
+    return rule
+
+
+_FIELDS_BY_KEY: Mapping[str, dataclasses.Field[Any]] = MappingProxyType(
+    {_rule(f).key: f for f in dataclasses.fields(BrokerConfig)}
+)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as stream:
+            return tomllib.load(stream)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read configuration file: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+
+
+def _field_for(key: str, source: str) -> dataclasses.Field[Any]:
+    try:
+        return _FIELDS_BY_KEY[key]
+    except KeyError:
+        close = difflib.get_close_matches(key, _FIELDS_BY_KEY, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"{source}: unknown configuration key {key!r}{hint}", key) from None
+
+
+def _checked(key: str, value: object, source: str) -> object:
+    """Validate one value on its own, so the error can say where it came from."""
+    f = _field_for(key, source)
+    try:
+        return _check_value(_rule(f), type(f.default), value)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}", key) from None
+
+
+def _parse_override(key: str, text: str) -> object:
+    f = _field_for(key, "--set")
+    wants_text = type(f.default) is str
+    try:
+        value: object = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        if wants_text:
+            # Unquoted text for a string setting (paths, host names, log levels) is meant as is.
+            return text
+        raise ConfigError(f"--set: {key}: cannot parse {text!r} as a TOML value", key) from None
+    if wants_text and not isinstance(value, str):
+        return text  # `--set clusterName=123` means the name "123", not a type error
+    return value
+
+
+def _check_value(rule: _Rule, kind: type, value: object) -> object:
+    """Return `value` (possibly coerced to `kind`) or raise ConfigError naming the key."""
+    value = _coerce(kind, value)
+    # bool is an int subclass; `port = true` must still be rejected.
+    if type(value) is not kind:
+        raise ConfigError(
+            f"{rule.key}: expected {_TYPE_NAMES[kind]}, got {_describe_type(value)} {value!r}",
+            rule.key,
+        )
+    if isinstance(value, str):
+        _check_text(rule, value)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        _check_range(rule, value)
+    return value
+
+
+def _coerce(kind: type, value: object) -> object:
+    if kind is float and type(value) is int:
+        return float(value)
+    if kind is str and isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value
+
+
+def _check_text(rule: _Rule, value: str) -> None:
+    if rule.non_empty and not value:
+        raise ConfigError(f"{rule.key}: must not be empty", rule.key)
+    if rule.choices and value not in rule.choices:
+        allowed = ", ".join(repr(c) for c in rule.choices)
+        raise ConfigError(f"{rule.key}: {value!r} is not one of {allowed}", rule.key)
+
+
+def _check_range(rule: _Rule, value: float) -> None:
+    if not math.isfinite(value):
+        raise ConfigError(f"{rule.key}: {value!r} is not a finite number", rule.key)
+    too_small = rule.minimum is not None and value < rule.minimum
+    too_large = rule.maximum is not None and value > rule.maximum
+    if too_small or too_large:
+        low = "" if rule.minimum is None else f">= {rule.minimum:g}"
+        high = "" if rule.maximum is None else f"<= {rule.maximum:g}"
+        bounds = " and ".join(b for b in (low, high) if b)
+        raise ConfigError(f"{rule.key}: {value!r} is out of range (must be {bounds})", rule.key)
+
+
+_TYPE_NAMES: Mapping[type, str] = MappingProxyType(
+    {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+)
+
+
+def _describe_type(value: object) -> str:
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def _toml_scalar(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        # A JSON string literal is a valid TOML basic string.
+        return json.dumps(value)
+    return repr(value)
