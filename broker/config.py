@@ -189,7 +189,7 @@ class BrokerConfig:
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            checked = _check_value(f.metadata["rule"], type(f.default), getattr(self, f.name))
+            checked = _check_value(_rule(f), type(f.default), getattr(self, f.name))
             # Coercions (int -> float, PathLike -> str) must stick on a frozen instance.
             object.__setattr__(self, f.name, checked)
         low = self.connection_write_buffer_low_water_mark_bytes

@@ -1,0 +1,302 @@
+"""The `magnetar` CLI (click's CliRunner plus one real subprocess) and the logging it sets up.
+
+The logging_setup tests live here because the CLI is what configures logging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import subprocess
+import sys
+import tomllib
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvloop
+from click.testing import CliRunner
+
+from broker.cli import main
+from broker.config import BrokerConfig
+from broker.logging_setup import RateLimitedLog, configure_logging
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def restore_root_logger() -> Iterator[None]:
+    """`standalone` configures the root logger; put it back so other tests are unaffected."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+# --- magnetar config --------------------------------------------------------------------------
+
+
+def test_config_prints_the_defaults_as_toml(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["config"])
+    assert result.exit_code == 0, result.output
+    assert tomllib.loads(result.stdout) == BrokerConfig().as_dict()
+
+
+def test_config_applies_file_then_sets(runner: CliRunner, tmp_path: Path) -> None:
+    conf = tmp_path / "broker.toml"
+    conf.write_text('brokerServicePort = 7000\nclusterName = "from-file"\n')
+    result = runner.invoke(
+        main,
+        ["config", "--conf", str(conf), "--set", "brokerServicePort=0", "--set", "logLevel=DEBUG"],
+    )
+    assert result.exit_code == 0, result.output
+    shown = tomllib.loads(result.stdout)
+    assert shown["brokerServicePort"] == 0
+    assert shown["clusterName"] == "from-file"
+    assert shown["logLevel"] == "DEBUG"
+
+
+def test_later_set_of_the_same_key_wins(runner: CliRunner) -> None:
+    result = runner.invoke(
+        main, ["config", "--set", "webServicePort=1", "--set", "webServicePort=2"]
+    )
+    assert tomllib.loads(result.stdout)["webServicePort"] == 2
+
+
+def test_set_with_unknown_key_exits_2_naming_the_key(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["config", "--set", "brokerServicePrt=0"])
+    assert result.exit_code == 2
+    assert "brokerServicePrt" in result.stderr
+    assert result.stdout == ""
+
+
+def test_set_with_bad_value_exits_2_naming_the_key(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["config", "--set", "brokerServicePort=99999"])
+    assert result.exit_code == 2
+    assert "brokerServicePort" in result.stderr
+    assert "out of range" in result.stderr
+
+
+def test_set_without_equals_is_a_usage_error(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["config", "--set", "brokerServicePort"])
+    assert result.exit_code == 2
+    assert "expected key=value" in result.stderr
+
+
+def test_bad_key_in_conf_file_exits_2_naming_key_and_file(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    conf = tmp_path / "typo.toml"
+    conf.write_text("journalSyncDta = false\n")
+    result = runner.invoke(main, ["config", "--conf", str(conf)])
+    assert result.exit_code == 2
+    assert "journalSyncDta" in result.stderr
+    assert "typo.toml" in result.stderr
+
+
+# --- magnetar standalone ----------------------------------------------------------------------
+
+
+def test_standalone_with_bad_config_exits_2_before_starting(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["standalone", "--set", "logLevel=LOUD"])
+    assert result.exit_code == 2
+    assert "logLevel" in result.stderr
+
+
+def test_standalone_without_a_server_refuses_to_pretend(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # None in sys.modules makes `import broker.server` fail exactly as if the file were absent.
+    monkeypatch.setitem(sys.modules, "broker.server", None)
+    result = runner.invoke(main, ["standalone", "--set", "clusterName=probe"])
+    assert result.exit_code == 1
+    assert "broker not implemented" in result.stderr
+    assert tomllib.loads(result.stdout)["clusterName"] == "probe"
+
+
+def install_server(monkeypatch: pytest.MonkeyPatch, run_standalone: object) -> None:
+    """Stand in for broker.server, which is not this module's code under test."""
+    module = types.ModuleType("broker.server")
+    module.run_standalone = run_standalone  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "broker.server", module)
+
+
+def test_standalone_runs_the_server_on_uvloop_with_the_resolved_config(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[BrokerConfig, asyncio.AbstractEventLoop]] = []
+
+    async def run_standalone(config: BrokerConfig) -> None:
+        seen.append((config, asyncio.get_running_loop()))
+
+    install_server(monkeypatch, run_standalone)
+    result = runner.invoke(
+        main, ["standalone", "--set", "brokerServicePort=0", "--set", "logLevel=DEBUG"]
+    )
+    assert result.exit_code == 0, result.output
+    ((config, loop),) = seen
+    assert config.broker_service_port == 0
+    assert isinstance(loop, uvloop.Loop)
+    assert logging.getLogger().level == logging.DEBUG
+    assert "resolved configuration" in result.stderr
+    assert "brokerServicePort = 0" in result.stderr
+
+
+def test_standalone_reports_a_failing_server_with_status_1(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def run_standalone(config: BrokerConfig) -> None:
+        raise OSError(98, "Address already in use")
+
+    install_server(monkeypatch, run_standalone)
+    result = runner.invoke(main, ["standalone"])
+    assert result.exit_code == 1
+    assert "broker failed" in result.stderr
+    assert "Address already in use" in result.stderr
+
+
+def test_standalone_lets_a_missing_server_dependency_surface(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only the absence of broker.server itself means "not implemented"; anything else is a bug.
+    error = ModuleNotFoundError("No module named 'nonexistent'", name="nonexistent")
+
+    def fail_import(name: str) -> types.ModuleType:
+        raise error
+
+    monkeypatch.setattr("broker.cli.importlib.import_module", fail_import)
+    result = runner.invoke(main, ["standalone"])
+    assert result.exception is error
+
+
+# --- python -m broker -------------------------------------------------------------------------
+
+
+def test_python_dash_m_broker_is_the_magnetar_command() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "broker", "config", "--set", "brokerServicePort=0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert tomllib.loads(completed.stdout)["brokerServicePort"] == 0
+
+    completed = subprocess.run(
+        [sys.executable, "-m", "broker", "config", "--set", "nope=1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 2
+    assert "'nope'" in completed.stderr
+
+
+# --- logging_setup ----------------------------------------------------------------------------
+
+
+def test_configure_logging_installs_one_formatted_handler() -> None:
+    first, second = io.StringIO(), io.StringIO()
+    configure_logging("INFO", stream=first)
+    configure_logging("WARNING", stream=second)
+    logging.getLogger("magnetar.test").warning("disk %s", "full")
+    logging.getLogger("magnetar.test").info("not shown")
+    assert first.getvalue() == ""
+    (line,) = second.getvalue().splitlines()
+    assert line.endswith(" WARNING magnetar.test: disk full")
+    assert line[:4].isdigit()  # starts with the timestamp
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def test_rate_limited_log_lets_limit_through_and_counts_the_rest(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    limited = RateLimitedLog(logging.getLogger("t.rl"), limit=2, interval=10.0, clock=clock)
+    with caplog.at_level(logging.WARNING, logger="t.rl"):
+        results = [limited.warning("peer-a", "bad frame %d", i) for i in range(5)]
+    assert results == [True, True, False, False, False]
+    assert [r.getMessage() for r in caplog.records] == ["bad frame 0", "bad frame 1"]
+    assert limited.suppressed_total == 3
+
+
+def test_rate_limited_log_reports_suppressed_count_in_the_next_window(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    limited = RateLimitedLog(logging.getLogger("t.rl"), limit=1, interval=10.0, clock=clock)
+    with caplog.at_level(logging.WARNING, logger="t.rl"):
+        for _ in range(4):
+            limited.warning("peer-a", "bad frame")
+        clock.now += 10.0
+        assert limited.warning("peer-a", "bad frame again")
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == [
+        "bad frame",
+        "3 similar log messages ('peer-a') suppressed in the last 10 s",
+        "bad frame again",
+    ]
+
+
+def test_rate_limited_log_keys_are_independent(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    limited = RateLimitedLog(logging.getLogger("t.rl"), limit=1, interval=10.0, clock=clock)
+    with caplog.at_level(logging.WARNING, logger="t.rl"):
+        assert limited.warning("peer-a", "a")
+        assert not limited.warning("peer-a", "a")
+        assert limited.warning("peer-b", "b")
+
+
+def test_rate_limited_log_forgets_oldest_keys_beyond_max_keys(clock: FakeClock) -> None:
+    limited = RateLimitedLog(
+        logging.getLogger("t.rl"), limit=1, interval=10.0, max_keys=2, clock=clock
+    )
+    assert limited.warning("a", "x")
+    assert limited.warning("b", "x")
+    assert limited.warning("c", "x")  # evicts "a"
+    assert not limited.warning("b", "x")  # "b" still remembered
+    assert limited.warning("a", "x")  # "a" was forgotten, so it gets a fresh budget
+
+
+def test_rate_limited_log_ignores_disabled_levels(clock: FakeClock) -> None:
+    logger = logging.getLogger("t.rl.quiet")
+    logger.setLevel(logging.ERROR)
+    try:
+        limited = RateLimitedLog(logger, limit=1, clock=clock)
+        assert not limited.log(logging.INFO, "k", "chatty")
+        assert limited.suppressed_total == 0
+    finally:
+        logger.setLevel(logging.NOTSET)
+
+
+def test_rate_limited_log_rejects_nonsense_limits() -> None:
+    with pytest.raises(ValueError, match="limit"):
+        RateLimitedLog(logging.getLogger("t.rl"), limit=0)
+    with pytest.raises(ValueError, match="interval"):
+        RateLimitedLog(logging.getLogger("t.rl"), interval=0)
