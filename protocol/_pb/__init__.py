@@ -1,0 +1,1 @@
+"""Generated protobuf code for PulsarApi.proto (``make proto``); never edit by hand."""

@@ -1,0 +1,78 @@
+"""Plain ``IntEnum`` mirrors of the protocol enums that code outside ``protocol/`` needs.
+
+Domain code (dispatchers, the PIP-68 producer state machine, the client API) must not import the
+generated protobuf module, yet it needs subscription types, access modes and the like. These
+enums carry the same names and values as PulsarApi.proto; a test checks them against the
+descriptor so they cannot drift.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class SubType(IntEnum):
+    """``CommandSubscribe.SubType``."""
+
+    Exclusive = 0
+    Shared = 1
+    Failover = 2
+    Key_Shared = 3
+
+
+class InitialPosition(IntEnum):
+    """``CommandSubscribe.InitialPosition``: where a new subscription starts."""
+
+    Latest = 0
+    Earliest = 1
+
+
+class ProducerAccessMode(IntEnum):
+    """``ProducerAccessMode`` (PIP-68)."""
+
+    Shared = 0
+    Exclusive = 1
+    WaitForExclusive = 2
+    ExclusiveWithFencing = 3
+
+
+class AckType(IntEnum):
+    """``CommandAck.AckType``."""
+
+    Individual = 0
+    Cumulative = 1
+
+
+class AckValidationError(IntEnum):
+    """``CommandAck.ValidationError``: why a client discarded a message it acknowledges."""
+
+    UncompressedSizeCorruption = 0
+    DecompressionError = 1
+    ChecksumMismatch = 2
+    BatchDeSerializeError = 3
+    DecryptionError = 4
+
+
+class CompressionType(IntEnum):
+    """``CompressionType`` of a message payload (whole batch for batches)."""
+
+    NONE = 0
+    LZ4 = 1
+    ZLIB = 2
+    ZSTD = 3
+    SNAPPY = 4
+
+
+class KeySharedMode(IntEnum):
+    """``KeySharedMode``."""
+
+    AUTO_SPLIT = 0
+    STICKY = 1
+
+
+class TopicListMode(IntEnum):
+    """``CommandGetTopicsOfNamespace.Mode``."""
+
+    PERSISTENT = 0
+    NON_PERSISTENT = 1
+    ALL = 2
