@@ -1,0 +1,50 @@
+"""protocol/ as a package: public re-exports and the sans-I/O import rule."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import protocol
+
+ALLOWED_TOP_LEVEL = {
+    "__future__",
+    "collections",
+    "dataclasses",
+    "enum",
+    "re",
+    "struct",
+    "typing",
+    "argparse",
+    "shutil",
+    "sys",
+    "pathlib",
+    "crc32c",
+    "grpc_tools",
+    "protocol",
+}
+# _generate.py is a build tool (it runs protoc), not part of the runtime codec.
+BUILD_TOOLS = {"_generate.py"}
+
+
+def test_public_names_are_exported() -> None:
+    for name in protocol.__all__:
+        assert hasattr(protocol, name), name
+    assert protocol.pb.BaseCommand.DESCRIPTOR.full_name == "pulsar.proto.BaseCommand"
+
+
+def test_runtime_modules_do_no_io() -> None:
+    package = Path(protocol.__file__).parent
+    for path in sorted(package.glob("*.py")):
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module.split(".")[0])
+        allowed = (
+            ALLOWED_TOP_LEVEL
+            if path.name in BUILD_TOOLS
+            else ALLOWED_TOP_LEVEL - {"argparse", "shutil", "sys", "pathlib", "grpc_tools"}
+        )
+        assert imported <= allowed, f"{path.name} imports {sorted(imported - allowed)}"
