@@ -138,6 +138,8 @@ class FrameDecoder:
         """
         if self._error is not None:
             raise RemoteProtocolError(f"decoder unusable after an earlier error: {self._error}")
+        # Compact here too, so a caller that stops iterating early does not keep consumed bytes.
+        self._compact()
         self._buffer += data
 
     def __iter__(self) -> Iterator[Frame]:
@@ -252,7 +254,10 @@ def encode_command(command: pb.BaseCommand) -> bytes:
     Raises:
         LocalProtocolError: a required field is missing (the peer would reject the frame).
     """
-    body = _serialize(command)
+    try:
+        body = command.SerializeToString()
+    except Exception as exc:  # EncodeError: a required field is missing
+        raise LocalProtocolError(f"cannot encode command: {exc}") from exc
     size = len(body)
     return _U32_PAIR.pack(size + 4, size) + body
 
@@ -263,7 +268,7 @@ def encode_payload_command(
     """Return a payload frame (SEND/MESSAGE) carrying ``entry`` unchanged.
 
     ``entry`` is ``[metadataSize][metadata][payload]``; with ``checksum`` the 0x0e01 magic and the
-    CRC-32C of the entry are inserted before it (clients reject nothing without it, but a
+    CRC-32C of the entry are inserted before it (clients accept frames without it, but a
     checksum lets them detect corruption).
 
     Raises:
@@ -271,17 +276,13 @@ def encode_payload_command(
     """
     if len(entry) < 4:
         raise LocalProtocolError("entry must start with a 4-byte metadata size")
-    body = _serialize(command)
+    try:
+        body = command.SerializeToString()
+    except Exception as exc:  # EncodeError: a required field is missing
+        raise LocalProtocolError(f"cannot encode command: {exc}") from exc
     size = len(body)
     if checksum:
         header = _U32_PAIR.pack(size + 10 + len(entry), size)
         trailer = _MAGIC_U32.pack(MAGIC_CRC32C, _crc32c(entry))
         return b"".join((header, body, trailer, entry))
     return b"".join((_U32_PAIR.pack(size + 4 + len(entry), size), body, entry))
-
-
-def _serialize(command: pb.BaseCommand) -> bytes:
-    try:
-        return command.SerializeToString()
-    except Exception as exc:  # EncodeError: required field missing
-        raise LocalProtocolError(f"cannot encode command: {exc}") from exc
