@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from protocol import commands, pb  # noqa: E402
-from protocol.batch import SingleMessage, encode_batch  # noqa: E402
-from protocol.framing import FrameDecoder  # noqa: E402
-from protocol.ids import MessageId  # noqa: E402
-from protocol.metadata import encode_entry  # noqa: E402
+from protocol import commands, pb
+from protocol.batch import SingleMessage, encode_batch
+from protocol.framing import FrameDecoder
+from protocol.ids import MessageId
+from protocol.metadata import encode_entry
 
 ROUNDS = 5
 CHUNK = 64 * 1024
