@@ -34,6 +34,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NoReturn
 
 from crc32c import crc32c as _crc32c
 
@@ -53,7 +54,6 @@ _U32 = struct.Struct(">I")
 _U32_PAIR = struct.Struct(">II")
 _MAGIC_U32 = struct.Struct(">HI")
 _unpack_u32 = _U32.unpack_from
-_unpack_u32_pair = _U32_PAIR.unpack_from
 _unpack_magic_u32 = _MAGIC_U32.unpack_from
 
 
@@ -173,7 +173,7 @@ class FrameDecoder:
             del self._buffer[: self._offset]
             self._offset = 0
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str) -> NoReturn:
         self._error = RemoteProtocolError(message)
         raise self._error
 
@@ -223,17 +223,18 @@ def _decode_payload(
 ) -> Frame:
     """Split the payload section of a SEND/MESSAGE frame starting at ``position``."""
     if end - position >= 6:
-        magic, size = _unpack_magic_u32(view, position)
+        # After a magic comes a u32: a size for 0x0e02, the checksum itself for 0x0e01.
+        magic, value = _unpack_magic_u32(view, position)
         if magic == MAGIC_BROKER_ENTRY_METADATA:
             # Broker-added metadata: skipped (we never need it and relay entries without it).
-            position += 6 + size
+            position += 6 + value
             if position > end:
-                raise RemoteProtocolError(f"broker entry metadata size {size} exceeds the frame")
-            magic, size = _unpack_magic_u32(view, position) if end - position >= 6 else (0, 0)
+                raise RemoteProtocolError(f"broker entry metadata size {value} exceeds the frame")
+            magic, value = _unpack_magic_u32(view, position) if end - position >= 6 else (0, 0)
         if magic == MAGIC_CRC32C:
             position += 6
             entry = _entry_bytes(view, position, end)
-            return Frame(command, frame_type, entry, _crc32c(entry) == size, True)
+            return Frame(command, frame_type, entry, _crc32c(entry) == value, True)
     return Frame(command, frame_type, _entry_bytes(view, position, end))
 
 

@@ -94,17 +94,20 @@ class TopicName:
     @property
     def partitioned_topic_name(self) -> str:
         """Full name of the partitioned topic this partition belongs to (itself if none)."""
-        if self.partition < 0:
-            return self.full_name
-        base = self.local_name.rpartition(PARTITION_SUFFIX)[0]
-        return f"{self.domain}://{self.tenant}/{self.namespace}/{base}"
+        return f"{self.domain}://{self.tenant}/{self.namespace}/{self._base_local_name}"
 
     def with_partition(self, index: int) -> TopicName:
         """Return the topic of partition ``index`` of this (partitioned) topic."""
         if index < 0:
             raise ValueError(f"partition index must be >= 0, got {index}")
-        base = TopicName.parse(self.partitioned_topic_name).local_name
-        return TopicName(self.tenant, self.namespace, f"{base}{PARTITION_SUFFIX}{index}")
+        local_name = f"{self._base_local_name}{PARTITION_SUFFIX}{index}"
+        return TopicName(self.tenant, self.namespace, local_name, self.domain)
+
+    @property
+    def _base_local_name(self) -> str:
+        if self.partition < 0:
+            return self.local_name
+        return self.local_name.rpartition(PARTITION_SUFFIX)[0]
 
     def __str__(self) -> str:
         return self.full_name
