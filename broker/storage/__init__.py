@@ -1,0 +1,38 @@
+"""Durable storage for Magnetar: a segmented, file-backed ledger per topic, with cursors.
+
+Synchronous by design (the broker runs ``flush`` in a worker thread); imports neither asyncio
+nor ``protocol``. Entries are opaque bytes. Public surface: see docs/CONTRACTS.md.
+"""
+
+from broker.storage.config import LedgerConfig
+from broker.storage.cursor import Cursor
+from broker.storage.errors import (
+    CorruptCursorError,
+    CorruptLedgerError,
+    InvalidPositionError,
+    LedgerClosedError,
+    LedgerFlushError,
+    StorageError,
+)
+from broker.storage.files import FileLayer, OsFileLayer
+from broker.storage.ledger import InitialPosition, Ledger
+from broker.storage.position import Position
+from broker.storage.recovery import ScanResult, scan_valid_prefix
+
+__all__ = [
+    "CorruptCursorError",
+    "CorruptLedgerError",
+    "Cursor",
+    "FileLayer",
+    "InitialPosition",
+    "InvalidPositionError",
+    "Ledger",
+    "LedgerClosedError",
+    "LedgerConfig",
+    "LedgerFlushError",
+    "OsFileLayer",
+    "Position",
+    "ScanResult",
+    "StorageError",
+    "scan_valid_prefix",
+]

@@ -1,0 +1,392 @@
+"""``Cursor``: a named consumption position over a ledger (Pulsar's ManagedCursor).
+
+State, all above the *mark-delete position* ``md`` ("every entry <= md is consumed"):
+* individually deleted positions, as coalesced ranges (``delete``; individual acks);
+* per-entry batch ack sets (PIP-54): Java ``BitSet`` words, a set bit = index still unacked.
+  ``delete_batch_indexes`` ANDs the new set into the held one, so an older, less complete ack set
+  arriving late can never resurrect acknowledged indexes (Pulsar #18042); an all-zero result
+  deletes the whole entry;
+* ``properties`` attached to the latest mark-delete (PIP-6 stores its dedup snapshot there);
+* a read position (where the next read starts), which is not persisted: after a reopen reading
+  restarts at the first entry after ``md`` (Pulsar's rewind on recovery).
+
+Rules:
+1. ``md`` only moves forward except through ``reset`` (subscription seek). A ``mark_delete`` at
+   an older position is ignored; one beyond the last durable entry is rejected.
+2. ``md`` advances over deleted ranges as soon as the gap before them closes (``_advance``).
+3. A mark-delete replaces ``properties``; one moved by individual deletes clears them (Pulsar does
+   the same for non-compaction cursors).
+4. A durable cursor persists atomically (``persist``; rate-limited by ``maybe_persist``) and on
+   close. The ledger trims only what every durable cursor's *persisted* mark-delete covers, so a
+   crash can never leave a cursor pointing before data that was already deleted.
+
+Thread safety: mutators run on one thread (the event loop); ``persist`` may run concurrently in
+a worker thread. A small lock makes the snapshot ``persist`` takes consistent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Protocol
+
+from broker.storage.cursor_state import CursorState, encode_cursor_state
+from broker.storage.errors import InvalidPositionError, LedgerClosedError
+from broker.storage.files import FileLayer, atomic_write
+from broker.storage.position import Position
+from broker.storage.ranges import PositionRangeSet
+
+log = logging.getLogger(__name__)
+
+
+class LedgerView(Protocol):
+    """What a cursor needs from its ledger (durable entries only)."""
+
+    @property
+    def last_confirmed_position(self) -> Position | None: ...
+
+    def next_position(self, position: Position) -> Position: ...
+
+    def entry_count_between(self, first: Position, last: Position) -> int: ...
+
+    def has_entry(self, position: Position) -> bool: ...
+
+    def read(
+        self, position: Position, max_entries: int, max_bytes: int
+    ) -> list[tuple[Position, bytes]]: ...
+
+
+class CursorStore:
+    """Where and how a durable cursor persists (file path, file layer, bounds)."""
+
+    def __init__(self, layer: FileLayer, path: Path, max_ranges: int, max_batch: int) -> None:
+        self.layer = layer
+        self.path = path
+        self.max_ranges = max_ranges
+        self.max_batch = max_batch
+
+    def save(self, state: CursorState) -> None:
+        if len(state.ranges) > self.max_ranges or len(state.batch) > self.max_batch:
+            log.warning(
+                "cursor %r: persisting only %d of %d ack ranges and %d of %d batch ack sets; "
+                "the rest will be redelivered after a restart",
+                state.name,
+                min(len(state.ranges), self.max_ranges),
+                len(state.ranges),
+                min(len(state.batch), self.max_batch),
+                len(state.batch),
+            )
+        atomic_write(
+            self.layer, self.path, encode_cursor_state(state, self.max_ranges, self.max_batch)
+        )
+
+
+class Cursor:
+    """A durable (persisted) or non-durable (reader, memory only) cursor. See module docstring."""
+
+    def __init__(
+        self,
+        name: str,
+        ledger: LedgerView,
+        state: CursorState,
+        *,
+        store: CursorStore | None,
+        persist_interval_s: float,
+        on_close: Callable[[Cursor], None] | None = None,
+    ) -> None:
+        self.name = name
+        self._ledger = ledger
+        self._store = store
+        self._persist_interval_s = persist_interval_s
+        self._on_close = on_close
+        self._lock = threading.Lock()
+        self._persist_lock = threading.Lock()
+        self._md = state.mark_delete
+        self._properties = dict(state.properties)
+        self._ranges = PositionRangeSet.from_sorted(state.ranges)
+        self._batch = {p: list(words) for p, words in state.batch.items()}
+        self._persisted_md = state.mark_delete
+        self._dirty = False
+        self._last_persist_at: float | None = None
+        self._closed = False
+        self.was_clamped = False
+        self._read_position = ledger.next_position(self._md)
+
+    # -- read-only views ------------------------------------------------------------------
+
+    @property
+    def durable(self) -> bool:
+        return self._store is not None
+
+    @property
+    def mark_delete_position(self) -> Position:
+        return self._md
+
+    @property
+    def persisted_mark_delete_position(self) -> Position:
+        """The mark-delete as last persisted (what trimming may rely on)."""
+        return self._persisted_md
+
+    @property
+    def properties(self) -> dict[str, int]:
+        return dict(self._properties)
+
+    @property
+    def read_position(self) -> Position:
+        return self._read_position
+
+    @property
+    def dirty(self) -> bool:
+        """Whether state changed since the last successful persist."""
+        return self._dirty
+
+    def is_deleted(self, position: Position) -> bool:
+        return position <= self._md or position in self._ranges
+
+    def batch_ack_set(self, position: Position) -> list[int] | None:
+        """The held PIP-54 ack set of ``position`` (set bit = unacked), None if none is held."""
+        words = self._batch.get(position)
+        return list(words) if words is not None else None
+
+    def individually_deleted(self) -> list[tuple[Position, Position]]:
+        """The deleted ranges above the mark-delete, as inclusive (first, last) pairs."""
+        return [(item.first, item.last) for item in self._ranges]
+
+    def backlog(self) -> int:
+        """Durable entries after the mark-delete that are not individually deleted."""
+        last = self._ledger.last_confirmed_position
+        if last is None:
+            return 0
+        first = self._ledger.next_position(self._md)
+        if first > last:
+            return 0
+        total = self._ledger.entry_count_between(first, last)
+        return max(0, total - self._ranges.count_between(first, last))
+
+    def has_more_entries(self) -> bool:
+        """Whether a durable entry exists at or after the read position."""
+        last = self._ledger.last_confirmed_position
+        return (
+            last is not None
+            and self._read_position <= last
+            and (self._ledger.entry_count_between(self._read_position, last) > 0)
+        )
+
+    # -- acknowledgements -----------------------------------------------------------------
+
+    def mark_delete(self, position: Position, properties: dict[str, int] | None = None) -> None:
+        """Cumulative ack: everything ``<= position`` is consumed; attach ``properties``.
+
+        Raises:
+            InvalidPositionError: ``position`` is beyond the last durable entry.
+        """
+        self._check_open()
+        if position < self._md:
+            return
+        last = self._ledger.last_confirmed_position
+        if position > self._md and (last is None or position > last):
+            raise InvalidPositionError(f"mark-delete {position} is beyond the last entry {last}")
+        with self._lock:
+            self._md = position
+            self._properties = dict(properties or {})
+            self._forget_through(position)
+            self._advance()
+            self._dirty = True
+        self._keep_read_position_ahead()
+
+    def delete(self, positions: Iterable[Position]) -> None:
+        """Individual acks. Positions already deleted or never stored are ignored."""
+        self._check_open()
+        with self._lock:
+            changed = False
+            for position in positions:
+                if position <= self._md or not self._ledger.has_entry(position):
+                    continue
+                changed |= self._ranges.add(position)
+                changed |= self._batch.pop(position, None) is not None
+            if not changed:
+                return
+            before = self._md
+            self._advance()
+            if self._md != before:
+                self._properties = {}
+            self._dirty = True
+        self._keep_read_position_ahead()
+
+    def delete_batch_indexes(self, position: Position, ack_set: list[int]) -> None:
+        """PIP-54 partial ack: AND ``ack_set`` (set bit = still unacked) into the held set."""
+        self._check_open()
+        if self.is_deleted(position) or not self._ledger.has_entry(position):
+            return
+        held = self._batch.get(position)
+        # Java BitSet.and: words past the shorter operand become zero (zip stops there).
+        merged = (
+            list(ack_set) if held is None else [a & b for a, b in zip(held, ack_set, strict=False)]
+        )
+        if not any(merged):
+            self.delete([position])
+            return
+        if merged != held:
+            with self._lock:
+                self._batch[position] = merged
+                self._dirty = True
+
+    def _forget_through(self, position: Position) -> None:
+        self._ranges.remove_through(position)
+        for stale in [p for p in self._batch if p <= position]:
+            del self._batch[stale]
+
+    def _advance(self) -> None:
+        """Move the mark-delete over deleted ranges that now touch it (rule 2)."""
+        while True:
+            following = self._ranges.range_containing(self._ledger.next_position(self._md))
+            if following is None:
+                return
+            self._md = following.last
+            self._forget_through(self._md)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def seek(self, position: Position) -> None:
+        """Move the read position (never before the first entry after the mark-delete)."""
+        self._check_open()
+        self._read_position = max(position, self._ledger.next_position(self._md))
+
+    def rewind(self) -> None:
+        """Read again from the first entry after the mark-delete (deleted ones are skipped)."""
+        self._check_open()
+        self._read_position = self._ledger.next_position(self._md)
+
+    def reset(self, position: Position) -> None:
+        """Subscription seek (Pulsar ``resetCursor``): consumed = everything before ``position``.
+
+        Clears individual and batch acks and properties; the read position becomes ``position``.
+        """
+        self._check_open()
+        with self._lock:
+            self._md = position.previous()
+            self._ranges.clear()
+            self._batch.clear()
+            self._properties = {}
+            self._dirty = True
+        self._read_position = position
+
+    def read_entries(self, max_entries: int, max_bytes: int) -> list[tuple[Position, bytes]]:
+        """Read from the read position, skipping deleted entries, and advance past what was read.
+
+        Returns at least one entry when any is available, even if it exceeds ``max_bytes``.
+        """
+        self._check_open()
+        result: list[tuple[Position, bytes]] = []
+        budget = max_bytes
+        while len(result) < max_entries and budget > 0:
+            self._keep_read_position_ahead()
+            batch = self._ledger.read(self._read_position, max_entries - len(result), budget)
+            if not batch:
+                break
+            self._read_position = self._ledger.next_position(batch[-1][0])
+            for position, entry in batch:
+                if not self.is_deleted(position):
+                    result.append((position, entry))
+                    budget -= len(entry)
+        return result
+
+    def _keep_read_position_ahead(self) -> None:
+        self._read_position = max(self._read_position, self._ledger.next_position(self._md))
+
+    # -- persistence ----------------------------------------------------------------------
+
+    def snapshot(self) -> CursorState:
+        """A consistent copy of the persistable state."""
+        with self._lock:
+            return CursorState(
+                name=self.name,
+                mark_delete=self._md,
+                properties=dict(self._properties),
+                ranges=list(self._ranges),
+                batch={p: list(words) for p, words in sorted(self._batch.items())},
+            )
+
+    def persist(self) -> None:
+        """Write the state atomically (no-op for a non-durable cursor). May run in a thread."""
+        if self._store is None:
+            return
+        with self._persist_lock:
+            state = self.snapshot()
+            self._dirty = False
+            try:
+                self._store.save(state)
+            except BaseException:
+                self._dirty = True
+                raise
+            self._persisted_md = state.mark_delete
+
+    def maybe_persist(self, now: float) -> bool:
+        """Persist if dirty and ``persist_interval_s`` has passed since the last time (``now`` is
+        a monotonic clock reading).
+
+        Returns whether it persisted.
+        """
+        if self._store is None or not self._dirty:
+            return False
+        last = self._last_persist_at
+        if last is not None and now - last < self._persist_interval_s:
+            return False
+        self.persist()
+        self._last_persist_at = now
+        return True
+
+    def close(self) -> None:
+        """Persist pending state (durable cursors) and make the cursor unusable."""
+        if self._closed:
+            return
+        try:
+            if self._dirty:
+                self.persist()
+        finally:
+            self._closed = True
+            if self._on_close is not None:
+                self._on_close(self)
+
+    def _mark_closed(self) -> None:
+        """Make the cursor unusable without persisting (its ledger was deleted or abandoned)."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LedgerClosedError(f"cursor {self.name!r} is closed")
+
+    def _clamp(self, last: Position) -> None:
+        """Recovery found less data than this cursor remembers (``md > last``): fall back.
+
+        The properties described entries that no longer exist, so they are dropped; the PIP-6
+        layer sees ``was_clamped`` and an empty snapshot and must rebuild by replay.
+        """
+        log.warning(
+            "cursor %r: mark-delete %s beyond recovered end %s; clamping", self.name, self._md, last
+        )
+        with self._lock:
+            self._md = last
+            self._properties = {}
+            self._ranges.clear()
+            self._batch.clear()
+            self._dirty = True
+        self.was_clamped = True
+        self._read_position = self._ledger.next_position(last)
+
+    def _drop_beyond(self, last: Position) -> None:
+        """Forget acks of positions past the recovered end (they name entries that are gone)."""
+        with self._lock:
+            current = list(self._ranges)
+            kept = [item for item in current if item.first <= last]
+            if kept and kept[-1].last > last:
+                tail = kept.pop()
+                kept.append(tail._replace(last_entry=last.entry_id))
+            if kept != current:
+                self._ranges = PositionRangeSet.from_sorted(kept)
+                self._dirty = True
+            for position in [p for p in self._batch if p > last]:
+                del self._batch[position]
+                self._dirty = True

@@ -1,0 +1,377 @@
+"""``Segment``: one ledger's file, its in-memory offset index and its durable end.
+
+File layout::
+
+    header: magic "MGSG" | version u16 | reserved u16 | ledger id u64 | crc32c u32 (of the above)
+    records from HEADER_SIZE on (see ``recovery``), then zero-filled pre-allocation (active only)
+
+The logical end of the data is tracked by ``data_end`` (in memory, from the flushes that
+succeeded) or found by ``recovery.scan_valid_prefix`` after a crash: never by the file size,
+because an active segment is pre-allocated and zero-filled ahead of need (a pre-written file
+makes ``fdatasync`` a data-only operation, see performance.md §1.1).
+
+A sealed segment (listed in ``ledger.meta``) has been truncated to ``data_end``; its record
+region must hash to the recorded crc. Its offset index is built lazily on first read, by a scan
+that must end exactly at ``data_end`` with the recorded entry count.
+
+Thread safety: one writer (the ledger's flush thread) calls ``write``/``prepare_seal``; the
+ledger publishes new durable state through ``commit`` under its lock. Readers never use the
+write descriptor (each read opens its own), so sealing or trimming cannot pull a descriptor from
+under a reader.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+from array import array
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import crc32c
+
+from broker.storage.errors import CorruptLedgerError
+from broker.storage.files import FileLayer, write_all
+from broker.storage.metadata import SealedLedger
+from broker.storage.recovery import RECORD_HEADER, RECORD_HEADER_SIZE, record_crc, scan_valid_prefix
+
+log = logging.getLogger(__name__)
+
+SEGMENT_MAGIC = b"MGSG"
+SEGMENT_VERSION = 1
+_HEADER = struct.Struct("<4sHHQ")
+_HEADER_CRC = struct.Struct("<I")
+HEADER_SIZE = _HEADER.size + _HEADER_CRC.size
+_ZERO_CHUNK = bytes(1024 * 1024)
+
+
+def encode_segment_header(ledger_id: int) -> bytes:
+    """The fixed header written at offset 0 of a segment."""
+    head = _HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, 0, ledger_id)
+    return head + _HEADER_CRC.pack(crc32c.crc32c(head))
+
+
+def header_problem(view: memoryview | bytes, ledger_id: int) -> str | None:
+    """Why the header in ``view`` is not a valid header for ``ledger_id`` (None if it is)."""
+    if len(view) < HEADER_SIZE:
+        return "file shorter than the segment header"
+    magic, version, _reserved, found_id = _HEADER.unpack_from(view)
+    (stored_crc,) = _HEADER_CRC.unpack_from(view, _HEADER.size)
+    if crc32c.crc32c(view[: _HEADER.size]) != stored_crc:
+        return "segment header checksum mismatch"
+    if magic != SEGMENT_MAGIC or version != SEGMENT_VERSION:
+        return f"unknown segment format {magic!r} v{version}"
+    if found_id != ledger_id:
+        return f"header names ledger {found_id}, file name says {ledger_id}"
+    return None
+
+
+@contextmanager
+def mapped(path: Path) -> Iterator[memoryview]:
+    """A read-only memory map of ``path`` (an empty view for an empty file)."""
+    with open(path, "rb") as handle:
+        if os.fstat(handle.fileno()).st_size == 0:
+            yield memoryview(b"")
+            return
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapping:
+            view = memoryview(mapping)
+            try:
+                yield view
+            finally:
+                view.release()
+
+
+def pread_exact(path: Path, offset: int, length: int) -> bytes:
+    """``length`` bytes of ``path`` at ``offset`` through a private descriptor."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks: list[bytes] = []
+        remaining = length
+        while remaining > 0:
+            chunk = os.pread(fd, remaining, offset)
+            if not chunk:
+                raise CorruptLedgerError(path, offset, "file ends before the indexed data")
+            chunks.append(chunk)
+            offset += len(chunk)
+            remaining -= len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def preallocate_file(layer: FileLayer, path: Path, size: int) -> None:
+    """Create ``path`` zero-filled to ``size`` bytes and make it durable (not its name).
+
+    Real zeros, not ``fallocate``: an unwritten extent still costs a metadata commit on the
+    first write, which is exactly what pre-allocation is meant to avoid.
+    """
+    fd = layer.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        offset = 0
+        while offset < size:
+            chunk = _ZERO_CHUNK[: min(len(_ZERO_CHUNK), size - offset)]
+            write_all(layer, fd, chunk, offset)
+            offset += len(chunk)
+        layer.fdatasync(fd)
+    finally:
+        layer.close(fd)
+
+
+class Segment:
+    """A ledger's segment file with its durable entry count, end, crc and offset index."""
+
+    def __init__(
+        self,
+        layer: FileLayer,
+        path: Path,
+        ledger_id: int,
+        *,
+        entries: int,
+        data_end: int,
+        crc: int,
+        offsets: array[int] | None,
+        sealed_at_ms: int | None,
+        fd: int | None = None,
+    ) -> None:
+        self.path = path
+        self.ledger_id = ledger_id
+        self.entries = entries
+        self.data_end = data_end
+        self.crc = crc
+        self.sealed_at_ms = sealed_at_ms
+        self._offsets = offsets
+        self._layer = layer
+        self._fd = fd
+
+    # -- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def open_sealed(cls, layer: FileLayer, path: Path, info: SealedLedger, verify: bool) -> Segment:
+        """A sealed segment from its metadata; with ``verify``, check it now (else on read)."""
+        segment = cls(
+            layer,
+            path,
+            info.ledger_id,
+            entries=info.entries,
+            data_end=info.data_end,
+            crc=info.crc,
+            offsets=None,
+            sealed_at_ms=info.sealed_at_ms,
+        )
+        if not path.is_file():
+            raise CorruptLedgerError(path, 0, "sealed segment file is missing")
+        if verify:
+            segment.verify()
+        return segment
+
+    @classmethod
+    def recover(cls, layer: FileLayer, path: Path, ledger_id: int) -> Segment:
+        """Recover an unsealed segment: keep the longest valid prefix, cut the rest durably.
+
+        A missing or torn header means the segment never held durable data (the header is
+        written with, and synced by, the first flush), so the result then has no entries.
+        """
+        with mapped(path) as view:
+            file_size = len(view)
+            if header_problem(view, ledger_id) is not None:
+                valid_end, offsets, crc = 0, array("Q"), 0
+            else:
+                scan = scan_valid_prefix(view[HEADER_SIZE:], base=HEADER_SIZE)
+                valid_end = HEADER_SIZE + scan.valid_bytes
+                offsets, crc = scan.offsets, crc32c.crc32c(view[HEADER_SIZE:valid_end])
+            tail_nonzero = _has_nonzero(view[valid_end:file_size])
+        if file_size != valid_end:
+            _truncate_durably(layer, path, valid_end)
+            log.warning(
+                "segment %s: recovered %d entries, dropped %d tail bytes (%s)",
+                path,
+                len(offsets),
+                file_size - valid_end,
+                "torn or corrupt data" if tail_nonzero else "zero pre-allocation only",
+            )
+        return cls(
+            layer,
+            path,
+            ledger_id,
+            entries=len(offsets),
+            data_end=valid_end,
+            crc=crc,
+            offsets=offsets,
+            sealed_at_ms=None,
+        )
+
+    @classmethod
+    def create(cls, layer: FileLayer, path: Path, ledger_id: int, spare: Path | None) -> Segment:
+        """A new active segment, from a pre-allocated ``spare`` file if one is given.
+
+        The header is written here without a sync; the first flush's fdatasync covers it. The
+        directory is fsynced so the new name survives a crash.
+        """
+        if spare is not None:
+            layer.replace(spare, path)
+            fd = layer.open(path, os.O_RDWR)
+        else:
+            fd = layer.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            write_all(layer, fd, encode_segment_header(ledger_id), 0)
+            layer.fsync_dir(path.parent)
+        except BaseException:
+            layer.close(fd)
+            raise
+        return cls(
+            layer,
+            path,
+            ledger_id,
+            entries=0,
+            data_end=HEADER_SIZE,
+            crc=0,
+            offsets=array("Q"),
+            sealed_at_ms=None,
+            fd=fd,
+        )
+
+    # -- state ----------------------------------------------------------------------------
+
+    @property
+    def sealed(self) -> bool:
+        return self.sealed_at_ms is not None
+
+    @property
+    def data_bytes(self) -> int:
+        """Bytes of records (header excluded), the size retention counts."""
+        return max(0, self.data_end - HEADER_SIZE)
+
+    def info(self, sealed_at_ms: int) -> SealedLedger:
+        """The metadata row describing this segment once sealed at ``sealed_at_ms``."""
+        return SealedLedger(self.ledger_id, self.entries, self.data_end, self.crc, sealed_at_ms)
+
+    # -- write side (flush thread) --------------------------------------------------------
+
+    def write(self, records: bytes, sync: bool) -> None:
+        """Write ``records`` at the durable end; fdatasync if ``sync``. State is unchanged."""
+        if self._fd is None:
+            raise OSError(f"segment {self.path} is not writable")
+        write_all(self._layer, self._fd, records, self.data_end)
+        if sync:
+            self._layer.fdatasync(self._fd)
+
+    def commit(self, record_offsets: list[int], nbytes: int, new_crc: int) -> None:
+        """Publish a successful write (call under the ledger lock)."""
+        assert self._offsets is not None
+        base = self.data_end
+        self._offsets.extend(base + offset for offset in record_offsets)
+        self.entries += len(record_offsets)
+        self.data_end += nbytes
+        self.crc = new_crc
+
+    def prepare_seal(self) -> None:
+        """Cut the file at the durable end (drops pre-allocation and failed writes), fsync.
+
+        Idempotent; the segment stays writable-in-memory until ``mark_sealed``.
+        """
+        fd = self._layer.open(self.path, os.O_RDWR) if self._fd is None else self._fd
+        try:
+            self._layer.ftruncate(fd, self.data_end)
+            self._layer.fsync(fd)
+        finally:
+            if fd != self._fd:
+                self._layer.close(fd)
+
+    def mark_sealed(self, sealed_at_ms: int) -> None:
+        """Record that the metadata now lists this segment; release the write descriptor."""
+        self.sealed_at_ms = sealed_at_ms
+        self.close()
+
+    def close(self) -> None:
+        """Release the write descriptor (if any)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            self._layer.close(fd)
+
+    # -- verification and reads -----------------------------------------------------------
+
+    def verify(self) -> None:
+        """Check a sealed segment's header and whole-region crc; locate damage if any."""
+        with mapped(self.path) as view:
+            problem = header_problem(view, self.ledger_id)
+            if problem is not None:
+                raise CorruptLedgerError(self.path, 0, problem)
+            if len(view) < self.data_end:
+                raise CorruptLedgerError(
+                    self.path, len(view), f"file is shorter than its sealed size {self.data_end}"
+                )
+            if crc32c.crc32c(view[HEADER_SIZE : self.data_end]) != self.crc:
+                self._raise_located(view)
+
+    def _raise_located(self, view: memoryview) -> None:
+        """Raise ``CorruptLedgerError`` at the first bad record of a damaged sealed segment."""
+        scan = scan_valid_prefix(view[HEADER_SIZE : self.data_end], base=HEADER_SIZE)
+        offset = HEADER_SIZE + scan.valid_bytes
+        if offset >= self.data_end:
+            raise CorruptLedgerError(self.path, HEADER_SIZE, "segment checksum mismatch")
+        raise CorruptLedgerError(self.path, offset, "invalid record in a sealed segment")
+
+    def offsets(self) -> array[int]:
+        """Offsets of the durable records, loading a sealed segment's index on first use."""
+        if self._offsets is None:
+            self._offsets = self._load_index()
+        return self._offsets
+
+    def _load_index(self) -> array[int]:
+        with mapped(self.path) as view:
+            problem = header_problem(view, self.ledger_id)
+            if problem is not None:
+                raise CorruptLedgerError(self.path, 0, problem)
+            region = view[HEADER_SIZE : self.data_end]
+            scan = scan_valid_prefix(region, base=HEADER_SIZE)
+            del region
+            if HEADER_SIZE + scan.valid_bytes != self.data_end or len(scan.offsets) != self.entries:
+                self._raise_located(view)
+        return scan.offsets
+
+    def entry_size(self, entry_id: int, entries: int, data_end: int) -> int:
+        """Payload size of ``entry_id`` given a consistent (entries, data_end) snapshot."""
+        offsets = self.offsets()
+        end = offsets[entry_id + 1] if entry_id + 1 < entries else data_end
+        return end - offsets[entry_id] - RECORD_HEADER_SIZE
+
+    def read_entries(self, first: int, stop: int, entries: int, data_end: int) -> list[bytes]:
+        """Entries ``first .. stop-1`` from disk, each crc-checked.
+
+        ``entries``/``data_end`` must be a consistent snapshot with ``stop <= entries``.
+        """
+        offsets = self.offsets()
+        start = offsets[first]
+        end = offsets[stop] if stop < entries else data_end
+        buf = pread_exact(self.path, start, end - start)
+        result: list[bytes] = []
+        view = memoryview(buf)
+        cursor = 0
+        for _ in range(stop - first):
+            length, stored_crc = RECORD_HEADER.unpack_from(view, cursor)
+            body = view[cursor + RECORD_HEADER_SIZE : cursor + RECORD_HEADER_SIZE + length]
+            if len(body) != length or record_crc(body) != stored_crc:
+                raise CorruptLedgerError(self.path, start + cursor, "record checksum mismatch")
+            result.append(bytes(body))
+            cursor += RECORD_HEADER_SIZE + length
+        return result
+
+
+def _has_nonzero(view: memoryview) -> bool:
+    """Whether ``view`` holds any non-zero byte (counted in C, not byte by byte in Python)."""
+    data = view.tobytes()
+    return data.count(0) != len(data)
+
+
+def _truncate_durably(layer: FileLayer, path: Path, length: int) -> None:
+    """Truncate ``path`` to ``length`` and fsync the file and its directory."""
+    fd = layer.open(path, os.O_RDWR)
+    try:
+        layer.ftruncate(fd, length)
+        layer.fsync(fd)
+    finally:
+        layer.close(fd)
+    layer.fsync_dir(path.parent)
