@@ -6,11 +6,13 @@ shared with the pending-write buffer, so caching costs no copy) and evicted olde
 ``max_bytes`` is exceeded; a hit refreshes nothing, because tailing readers move forward and
 FIFO is the right policy for them ("LRU-ish").
 
-Not thread-safe by itself: the ledger calls it under its lock.
+Thread-safe: appends (event loop) and reads (any thread) may interleave; a small internal lock
+guards the map.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 
 from broker.storage.position import Position
@@ -21,6 +23,7 @@ class EntryCache:
 
     def __init__(self, max_bytes: int) -> None:
         self._max_bytes = max_bytes
+        self._lock = threading.Lock()
         self._entries: OrderedDict[Position, bytes] = OrderedDict()
         self._bytes = 0
         self.hits = 0
@@ -37,33 +40,38 @@ class EntryCache:
         """Insert (positions arrive in increasing order); evict the oldest beyond the bound."""
         if len(entry) > self._max_bytes:
             return
-        self._entries[position] = entry
-        self._bytes += len(entry)
-        while self._bytes > self._max_bytes:
-            _, evicted = self._entries.popitem(last=False)
-            self._bytes -= len(evicted)
+        with self._lock:
+            self._entries[position] = entry
+            self._bytes += len(entry)
+            while self._bytes > self._max_bytes:
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= len(evicted)
 
-    def get(self, position: Position) -> bytes | None:
-        entry = self._entries.get(position)
-        if entry is None:
-            self.misses += 1
-        else:
-            self.hits += 1
-        return entry
+    def get_many(self, positions: list[Position]) -> list[bytes | None]:
+        """The cached entry (or None) for each position."""
+        with self._lock:
+            found = [self._entries.get(p) for p in positions]
+        hits = sum(1 for entry in found if entry is not None)
+        self.hits += hits
+        self.misses += len(found) - hits
+        return found
 
     def discard_after(self, position: Position | None) -> None:
         """Drop every entry after ``position`` (all of them if None): used after a failed flush."""
-        while self._entries:
-            newest = next(reversed(self._entries))
-            if position is not None and newest <= position:
-                return
-            self._bytes -= len(self._entries.pop(newest))
+        with self._lock:
+            while self._entries:
+                newest = next(reversed(self._entries))
+                if position is not None and newest <= position:
+                    return
+                self._bytes -= len(self._entries.pop(newest))
 
     def discard_ledger(self, ledger_id: int) -> None:
         """Drop the entries of a trimmed ledger."""
-        for position in [p for p in self._entries if p.ledger_id == ledger_id]:
-            self._bytes -= len(self._entries.pop(position))
+        with self._lock:
+            for position in [p for p in self._entries if p.ledger_id == ledger_id]:
+                self._bytes -= len(self._entries.pop(position))
 
     def clear(self) -> None:
-        self._entries.clear()
-        self._bytes = 0
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0

@@ -1,0 +1,117 @@
+"""Reading durable entries: batched by segment, from the entry cache first, then from disk.
+
+A read plans, per segment, how many entries fit ``max_entries``/``max_bytes`` using the offset
+index alone, serves cached entries from memory and reads each run of uncached ones with a
+single ``pread`` (every record's crc is checked). A segment trimmed while being read is simply
+skipped: the next lookup resolves to the first entry still stored.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
+
+from broker.storage.cache import EntryCache
+from broker.storage.errors import CorruptLedgerError
+from broker.storage.position import Position
+from broker.storage.segment import Segment
+from broker.storage.segments import SegmentTable
+
+UNLIMITED = 1 << 62
+
+
+class EntryReader:
+    """Read-only access to a ledger's durable entries."""
+
+    def __init__(self, table: SegmentTable, cache: EntryCache) -> None:
+        self._table = table
+        self._cache = cache
+
+    def read(
+        self, position: Position, max_entries: int, max_bytes: int = UNLIMITED
+    ) -> list[tuple[Position, bytes]]:
+        """See ``Ledger.read``."""
+        result: list[tuple[Position, bytes]] = []
+        budget = max_bytes
+        while len(result) < max_entries and budget > 0:
+            located = self._table.locate(position)
+            if located is None:
+                break
+            segment, first, entries, data_end = located
+            stop, size = first, 0
+            while stop < entries and len(result) + (stop - first) < max_entries:
+                entry_size = segment.entry_size(stop, entries, data_end)
+                if size + entry_size > budget and (result or stop > first):
+                    break
+                size += entry_size
+                stop += 1
+            chunk = self._fetch(segment, first, stop, entries, data_end)
+            if chunk is None:
+                continue  # trimmed under us: locate again
+            result.extend(chunk)
+            budget -= size
+            position = Position(segment.ledger_id, stop)
+            if stop < entries:
+                break  # a limit stopped us, not the end of the segment
+        return result
+
+    def _fetch(
+        self, segment: Segment, first: int, stop: int, entries: int, data_end: int
+    ) -> list[tuple[Position, bytes]] | None:
+        """Entries ``first .. stop-1`` of ``segment`` (None if its file was trimmed away)."""
+        positions = [Position(segment.ledger_id, i) for i in range(first, stop)]
+        found: list[bytes | None] = self._cache.get_many(positions)
+        index = 0
+        while index < len(found):
+            if found[index] is not None:
+                index += 1
+                continue
+            run_end = index
+            while run_end < len(found) and found[run_end] is None:
+                run_end += 1
+            try:
+                loaded = segment.read_entries(first + index, first + run_end, entries, data_end)
+            except FileNotFoundError:
+                if self._table.contains(segment):
+                    raise CorruptLedgerError(segment.path, 0, "segment file vanished") from None
+                return None
+            found[index:run_end] = loaded
+            index = run_end
+        return [(p, data) for p, data in zip(positions, found, strict=True) if data is not None]
+
+    def iter_entries(
+        self, start: Position, batch_entries: int = 256, batch_bytes: int = 4 << 20
+    ) -> Iterator[tuple[Position, bytes]]:
+        """See ``Ledger.iter_entries``."""
+        position = start
+        while True:
+            batch = self.read(position, batch_entries, batch_bytes)
+            if not batch:
+                return
+            yield from batch
+            last = batch[-1][0]
+            position = Position(last.ledger_id, last.entry_id + 1)
+
+    def find_newest_matching(self, predicate: Callable[[bytes], bool]) -> Position | None:
+        """See ``Ledger.find_newest_matching``."""
+        spans = self._table.spans()
+        starts: list[int] = []
+        total = 0
+        for _, entries in spans:
+            starts.append(total)
+            total += entries
+
+        def position_at(index: int) -> Position:
+            slot = bisect_left(starts, index + 1) - 1
+            return Position(spans[slot][0], index - starts[slot])
+
+        low, high, found = 0, total - 1, None
+        while low <= high:
+            middle = (low + high) // 2
+            position = position_at(middle)
+            entry = self.read(position, 1)
+            if entry and entry[0][0] == position and predicate(entry[0][1]):
+                found, low = position, middle + 1
+            else:
+                high = middle - 1
+        return found
