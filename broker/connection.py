@@ -610,7 +610,7 @@ class ServerConnection(asyncio.Protocol):
         subscription = topic.get_or_create_subscription(
             cmd.subscription,
             durable=durable,
-            start=None if start is None else topic.reader_mark_delete(start),
+            start=None if start is None else topic.reader_start(start),
             initial_earliest=cmd.initialPosition == pb.CommandSubscribe.Earliest,
         )
         consumer = Consumer(

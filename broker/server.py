@@ -24,7 +24,7 @@ from broker.connection import ServerConnection
 from broker.dedup import MessageDeduplication
 from broker.errors import ServiceNotReady, TopicNotFound
 from broker.metadata_store import PolicyStore, SchemaStore
-from broker.storage import Ledger, Position
+from broker.storage import Ledger, LedgerConfig, Position
 from broker.topic import Topic, dedup_config_from, ledger_config_from, recover_dedup
 from protocol.topic_name import TopicName
 
@@ -153,7 +153,7 @@ class BrokerService:
         await self.unload_topic(name)
         directory = topic_directory(self.data_path, name)
         if directory.exists():
-            await asyncio.to_thread(Ledger.delete_directory, directory)
+            await asyncio.to_thread(_delete_ledger, directory, ledger_config_from(self.config))
         self.schemas.delete(name.full_name)
 
     async def close_topics(self) -> None:
@@ -163,6 +163,10 @@ class BrokerService:
         for topic, result in zip(topics, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("closing %s failed: %s", topic.name.full_name, result)
+
+
+def _delete_ledger(directory: Path, config: LedgerConfig) -> None:
+    Ledger.open(directory, config).delete()
 
 
 class Broker:

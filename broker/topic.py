@@ -31,7 +31,7 @@ from broker.config import BrokerConfig
 from broker.dedup import DedupConfig, DedupResult, MessageDeduplication, batch_highest_sequence_id
 from broker.errors import PersistenceError, ProducerFenced
 from broker.producer import Producer, ProducerRegistry
-from broker.storage import Cursor, Ledger, LedgerConfig, Position
+from broker.storage import Cursor, InitialPosition, Ledger, LedgerConfig, Position
 from broker.subscription import DispatchLimits, Subscription
 from protocol.ids import I64_MAX, MessageId
 from protocol.metadata import EntryMetadata, parse_entry_metadata
@@ -97,10 +97,9 @@ def recover_dedup(ledger: Ledger, config: DedupConfig) -> MessageDeduplication[P
     Runs exactly once per topic load, in the loader thread, before any producer is admitted
     (Pulsar #25954). Only producer name and sequence ids are parsed from each entry.
     """
-    cursor = ledger.open_cursor(DEDUP_CURSOR)
+    cursor = ledger.open_cursor(DEDUP_CURSOR, InitialPosition.EARLIEST)
     snapshot_position = cursor.mark_delete_position
-    dedup: MessageDeduplication[Position] = MessageDeduplication(config)
-    dedup.begin_recovery(
+    dedup: MessageDeduplication[Position] = MessageDeduplication.begin_recovery(
         dict(cursor.properties), config=config, snapshot_position=snapshot_position
     )
     records: list[tuple[str, int, int]] = []
@@ -296,9 +295,9 @@ class Topic:
                 dedup_config_from(self.config)
             )
             self.dedup = dedup
-            cursor = self.ledger.open_cursor(DEDUP_CURSOR)
-            last = self.ledger.last_confirmed_position
-            cursor.mark_delete(last, properties={})
+            # Tracking starts afresh from here: nothing before now is replayed on the next load.
+            cursor = self.ledger.open_cursor(DEDUP_CURSOR, InitialPosition.LATEST)
+            cursor.mark_delete(self.last_confirmed_position(), properties={})
             cursor.persist()
         elif not enabled and self.dedup is not None:
             self.dedup.clear()
@@ -333,49 +332,44 @@ class Topic:
         return self.ledger.next_position(position)
 
     def last_confirmed_position(self) -> Position:
-        return self.ledger.last_confirmed_position
-
-    def has_entries(self) -> bool:
-        return (
-            self.ledger.entry_count_between(
-                self.ledger.first_position, self.ledger.last_confirmed_position
-            )
-            > 0
-            if self.ledger.first_position is not None
-            else False
-        )
+        """The last durable entry, or "before the first" for a topic that has none."""
+        last = self.ledger.last_confirmed_position
+        return last if last is not None else self.ledger.before_first_position()
 
     def find_position_by_publish_time(self, timestamp_ms: int) -> Position:
-        """First entry whose publish time is at or after ``timestamp_ms`` (or the end)."""
-        for position, entry in self.ledger.iter_entries(self.ledger.first_position):
-            if parse_entry_metadata(entry).publish_time >= timestamp_ms:
-                return position
-        return self.ledger.next_position(self.ledger.last_confirmed_position)
+        """First entry whose publish time is at or after ``timestamp_ms`` (or the end).
+
+        As Java: binary search for the newest entry published before T, then the next one.
+        """
+        newest_before = self.ledger.find_newest_matching(
+            lambda entry: parse_entry_metadata(entry).publish_time < timestamp_ms
+        )
+        if newest_before is None:
+            return self.first_read_position()
+        return self.ledger.next_position(newest_before)
 
     # ------------------------------------------------------------------ ids and positions
 
-    def position_before_first(self) -> Position:
-        return self.ledger.position_before_first()
+    def first_read_position(self) -> Position:
+        return self.ledger.next_position(self.ledger.before_first_position())
 
-    def reader_mark_delete(self, start: MessageId) -> Position:
-        """Mark-delete for a reader starting at ``start`` (inclusive, the client filters)."""
-        if start.ledger_id < 0 or start.entry_id < 0:
-            return self.ledger.position_before_first()
-        if start.ledger_id >= I64_MAX or start.entry_id >= I64_MAX:
-            return self.ledger.last_confirmed_position
-        return Position(start.ledger_id, start.entry_id - 1)
+    def reader_start(self, start: MessageId) -> Position:
+        """First read position of a reader starting at ``start``: inclusive (the client filters
+        the start message itself when it asked for exclusive). Latest = after the last entry,
+        so the mark-delete is the last entry, as hasMessageAvailable needs."""
+        return self.seek_target(start)
 
     def seek_target(self, target: MessageId) -> Position:
         """Next read position for SEEK by message id (inclusive)."""
         if target.ledger_id < 0 or target.entry_id < 0:
-            return self.ledger.next_position(self.ledger.position_before_first())
+            return self.first_read_position()
         if target.ledger_id >= I64_MAX or target.entry_id >= I64_MAX:
-            return self.ledger.next_position(self.ledger.last_confirmed_position)
+            return self.ledger.next_position(self.last_confirmed_position())
         return Position(target.ledger_id, target.entry_id)
 
     def last_message_id(self, sub: Subscription) -> tuple[MessageId, MessageId | None]:
         """GET_LAST_MESSAGE_ID: the last entry (with its batch index) and the mark-delete."""
-        last = self.ledger.last_confirmed_position
+        last = self.last_confirmed_position()
         mark = sub.cursor.mark_delete_position
         mark_id = MessageId(mark.ledger_id, mark.entry_id) if mark.ledger_id >= 0 else None
         entry = self.read_entry(last) if last.entry_id >= 0 else None
@@ -417,17 +411,10 @@ class Topic:
         if existing is not None:
             return existing
         if durable:
-            cursor = self.ledger.open_cursor(name)
-            if cursor.is_new:
-                mark = (
-                    self.ledger.position_before_first()
-                    if initial_earliest
-                    else self.ledger.last_confirmed_position
-                )
-                cursor.mark_delete(mark)
-                cursor.persist()
+            initial = InitialPosition.EARLIEST if initial_earliest else InitialPosition.LATEST
+            cursor = self.ledger.open_cursor(name, initial)
         else:
-            begin = start if start is not None else self.ledger.position_before_first()
+            begin = start if start is not None else self.first_read_position()
             cursor = self.ledger.new_non_durable_cursor(begin)
         return self._attach_subscription(name, cursor, durable=durable)
 
@@ -492,7 +479,7 @@ class Topic:
         dedup.on_snapshot_taken(position, time.monotonic())
 
     def stats_snapshot(self) -> dict[str, Any]:
-        last = self.ledger.last_confirmed_position
+        last = self.last_confirmed_position()
         return {
             "msgInCounter": self.stats.msg_in,
             "bytesInCounter": self.stats.bytes_in,

@@ -101,11 +101,12 @@ def test_max_message_size(client: pulsar.Client) -> None:
     topic = topic_name()
     consumer = client.subscribe(topic, "sub")
     producer = client.create_producer(topic, batching_enabled=False)
-    big = b"\x01" * (5 * 1024 * 1024)
+    # maxMessageSize (5 MiB) bounds metadata + payload, as the client checks it.
+    big = b"\x01" * (5 * 1024 * 1024 - 128)
     producer.send(big)
     assert consumer.receive(10000).data() == big
     with pytest.raises(pulsar.MessageTooBig):
-        producer.send(big + b"x")
+        producer.send(b"\x01" * (5 * 1024 * 1024 + 1))
 
 
 # --------------------------------------------------------------------------- subscription types
