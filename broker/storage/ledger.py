@@ -394,6 +394,8 @@ class Ledger:
         segment = Segment.create(self._layer, path, ledger_id, spare_path)
         self._table.add(segment)
         self._active = segment
+        with self._lock:
+            self._maybe_request_spare()  # the tail may already be half way to the next roll
 
     def _seal_active(self) -> None:
         """Cut the active segment at its durable end and list it as sealed in ``ledger.meta``

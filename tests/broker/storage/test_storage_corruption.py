@@ -1,0 +1,188 @@
+"""Bit flips: in sealed segments (refuse to open, naming file and offset), in the ledger
+metadata (properties, sealed list) and in cursor files: always detected, never served."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from broker.storage import (
+    CorruptCursorError,
+    CorruptLedgerError,
+    InitialPosition,
+    Ledger,
+    LedgerConfig,
+    Position,
+)
+from broker.storage.recovery import RECORD_HEADER_SIZE
+from broker.storage.segment import HEADER_SIZE
+from tests.broker.storage.faults import InlineExecutor, NoSyncLayer, flip_bit
+
+CONFIG = LedgerConfig(max_entries_per_ledger=8, preallocate_bytes=2048)
+
+
+def _open(directory: Path, config: LedgerConfig = CONFIG) -> Ledger:
+    return Ledger.open(directory, config, file_layer=NoSyncLayer(), preallocator=InlineExecutor())
+
+
+@pytest.fixture
+def pristine(tmp_path: Path) -> tuple[Path, dict[Path, list[int]]]:
+    """A closed ledger with 4 sealed segments, a cursor and properties; record starts by file."""
+    rng = random.Random(99)
+    directory = tmp_path / "pristine"
+    ledger = _open(directory)
+    for _ in range(30):
+        ledger.append(rng.randbytes(rng.randint(1, 60)))
+    ledger.flush()
+    cursor = ledger.open_cursor("sub", InitialPosition.EARLIEST)
+    cursor.delete([Position(1, 3), Position(2, 1)])
+    cursor.delete_batch_indexes(Position(1, 5), [0b1100])
+    cursor.mark_delete(Position(1, 1), {"snapshot": 7})
+    ledger.set_property("topic.epoch", 4)
+    starts: dict[Path, list[int]] = {}
+    for path in ledger.segment_paths():
+        data = path.read_bytes()
+        offsets, offset = [], HEADER_SIZE
+        while offset < len(data):
+            offsets.append(offset)
+            offset += RECORD_HEADER_SIZE + int.from_bytes(data[offset : offset + 4], "little")
+        starts[path.relative_to(directory)] = offsets
+    ledger.close()
+    return directory, starts
+
+
+def _record_start(starts: list[int], byte: int) -> int:
+    if byte < HEADER_SIZE:
+        return 0
+    return max(s for s in starts if s <= byte)
+
+
+def test_a_bit_flip_in_a_sealed_segment_refuses_to_open_naming_file_and_offset(
+    pristine: tuple[Path, dict[Path, list[int]]], tmp_path: Path
+) -> None:
+    directory, starts = pristine
+    rng = random.Random(5)
+    for trial in range(80):
+        name = rng.choice(sorted(starts))
+        copy = tmp_path / f"flip{trial}"
+        shutil.copytree(directory, copy)
+        size = (copy / name).stat().st_size
+        bit = rng.randrange(size * 8)
+        flip_bit(copy / name, bit)
+        with pytest.raises(CorruptLedgerError) as caught:
+            _open(copy)
+        assert caught.value.path == copy / name
+        assert caught.value.offset == _record_start(starts[name], bit // 8)
+        assert str(copy / name) in str(caught.value)
+        assert f"offset {caught.value.offset}" in str(caught.value)
+        shutil.rmtree(copy)
+
+
+def test_without_verification_a_flip_is_reported_on_read_and_never_served(
+    pristine: tuple[Path, dict[Path, list[int]]],
+) -> None:
+    directory, starts = pristine
+    name = sorted(starts)[1]  # ledger 2
+    payload_byte = starts[name][2] + RECORD_HEADER_SIZE  # inside the third record's payload
+    flip_bit(directory / name, payload_byte * 8)
+    config = LedgerConfig(
+        max_entries_per_ledger=8, preallocate_bytes=2048, verify_sealed_on_open=False
+    )
+    ledger = _open(directory, config)
+    assert len(ledger.read(Position(1, 0), 8)) == 8  # ledger 1 is intact
+    # The first read of ledger 2 builds its index by a full scan, which finds the damage.
+    with pytest.raises(CorruptLedgerError) as caught:
+        ledger.read(Position(2, 0), 1)
+    assert (caught.value.path, caught.value.offset) == (directory / name, starts[name][2])
+    ledger.close()
+
+
+def test_damage_after_the_index_is_built_is_caught_by_the_per_record_crc(
+    pristine: tuple[Path, dict[Path, list[int]]],
+) -> None:
+    directory, starts = pristine
+    name = sorted(starts)[1]
+    ledger = _open(directory)
+    assert len(ledger.read(Position(2, 0), 8)) == 8  # index loaded, entries not cached
+    flip_bit(directory / name, (starts[name][5] + RECORD_HEADER_SIZE) * 8 + 3)
+    assert len(ledger.read(Position(2, 0), 5)) == 5  # before the damage
+    with pytest.raises(CorruptLedgerError) as caught:
+        ledger.read(Position(2, 0), 8)
+    assert (caught.value.path, caught.value.offset) == (directory / name, starts[name][5])
+    ledger.close()
+
+
+def test_a_missing_sealed_segment_is_reported(
+    pristine: tuple[Path, dict[Path, list[int]]],
+) -> None:
+    directory, starts = pristine
+    (directory / sorted(starts)[1]).unlink()
+    with pytest.raises(CorruptLedgerError, match="missing"):
+        _open(directory)
+
+
+def test_a_truncated_sealed_segment_is_corruption_not_a_torn_tail(
+    pristine: tuple[Path, dict[Path, list[int]]],
+) -> None:
+    directory, starts = pristine
+    name = sorted(starts)[0]
+    with open(directory / name, "r+b") as handle:
+        handle.truncate(starts[name][-1])
+    with pytest.raises(CorruptLedgerError) as caught:
+        _open(directory)
+    assert caught.value.path == directory / name
+
+
+def _every_bit_sample(path: Path, count: int, seed: int) -> list[int]:
+    bits = path.stat().st_size * 8
+    return random.Random(seed).sample(range(bits), min(count, bits))
+
+
+def test_bit_flips_in_the_metadata_file_are_detected(
+    pristine: tuple[Path, dict[Path, list[int]]], tmp_path: Path
+) -> None:
+    directory, _ = pristine
+    meta = directory / "ledger.meta"
+    for bit in _every_bit_sample(meta, 150, seed=1):
+        copy = tmp_path / f"meta{bit}"
+        shutil.copytree(directory, copy)
+        flip_bit(copy / "ledger.meta", bit)
+        with pytest.raises(CorruptLedgerError) as caught:
+            _open(copy)
+        assert caught.value.path == copy / "ledger.meta"
+        shutil.rmtree(copy)
+
+
+def test_bit_flips_in_a_cursor_file_are_detected(
+    pristine: tuple[Path, dict[Path, list[int]]], tmp_path: Path
+) -> None:
+    directory, _ = pristine
+    relative = Path("cursors") / "sub.cursor"
+    for bit in _every_bit_sample(directory / relative, 150, seed=2):
+        copy = tmp_path / f"cursor{bit}"
+        shutil.copytree(directory, copy)
+        flip_bit(copy / relative, bit)
+        with pytest.raises(CorruptCursorError) as caught:
+            _open(copy)
+        assert caught.value.path == copy / relative
+        shutil.rmtree(copy)
+
+
+def test_undamaged_copy_opens_with_everything_restored(
+    pristine: tuple[Path, dict[Path, list[int]]],
+) -> None:
+    directory, _ = pristine
+    ledger = _open(directory)
+    cursor = ledger.cursors["sub"]
+    assert ledger.properties == {"topic.epoch": 4}
+    assert cursor.properties == {"snapshot": 7}
+    assert cursor.mark_delete_position == Position(1, 1)
+    assert cursor.individually_deleted() == [
+        (Position(1, 3), Position(1, 3)),
+        (Position(2, 1), Position(2, 1)),
+    ]
+    assert cursor.batch_ack_set(Position(1, 5)) == [0b1100]
+    ledger.close()

@@ -1,0 +1,194 @@
+"""Recovery: the pure scan, and the truncation / torn-tail matrix on a real active segment."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from broker.storage import Ledger, LedgerConfig, Position, scan_valid_prefix
+from broker.storage.position import BEFORE_EVERYTHING
+from broker.storage.recovery import RECORD_HEADER_SIZE, encode_records, record_header
+from broker.storage.segment import HEADER_SIZE
+from tests.broker.storage.faults import InlineExecutor, NoSyncLayer
+
+# ---------------------------------------------------------------- pure scan
+
+
+def test_scan_of_empty_and_zero_filled_buffers_is_empty() -> None:
+    empty = scan_valid_prefix(b"")
+    assert (empty.valid_bytes, list(empty.offsets)) == (0, [])
+    assert scan_valid_prefix(bytes(4096)).valid_bytes == 0
+
+
+def test_scan_accepts_empty_entries_and_stops_at_zero_fill() -> None:
+    records, offsets = encode_records([b"", b"abc", b""])
+    result = scan_valid_prefix(records + bytes(100))
+    assert result.valid_bytes == len(records)
+    assert list(result.offsets) == offsets
+
+
+def test_scan_base_shifts_offsets_only() -> None:
+    records, offsets = encode_records([b"x", b"yz"])
+    result = scan_valid_prefix(records, base=1000)
+    assert result.valid_bytes == len(records)
+    assert list(result.offsets) == [1000 + o for o in offsets]
+
+
+@pytest.mark.parametrize("byte_index", range(RECORD_HEADER_SIZE + 5))
+def test_scan_rejects_any_flipped_byte_of_a_record(byte_index: int) -> None:
+    good, _ = encode_records([b"first"])
+    damaged = bytearray(good + record_header(b"hello") + b"hello")
+    damaged[len(good) + byte_index] ^= 0x40
+    assert scan_valid_prefix(bytes(damaged)).valid_bytes == len(good)
+
+
+def test_scan_rejects_a_length_pointing_past_the_buffer() -> None:
+    header = record_header(b"abc")
+    huge = (1 << 31).to_bytes(4, "little") + header[4:]
+    assert scan_valid_prefix(huge + b"abc").valid_bytes == 0
+
+
+def test_crc_covers_the_length_field() -> None:
+    # Same payload bytes, different claimed length: the stored crc must not validate it.
+    header = record_header(b"abcd")
+    shorter = (3).to_bytes(4, "little") + header[4:]
+    assert scan_valid_prefix(shorter + b"abcd").valid_bytes == 0
+
+
+# ---------------------------------------------------------------- matrix on real segments
+
+CONFIG = LedgerConfig(max_entries_per_ledger=100_000, preallocate_bytes=4096)
+
+
+def _build_active_segment(directory: Path, entries: list[bytes]) -> Path:
+    """A ledger whose only segment is active (unsealed), as after a crash."""
+    ledger = Ledger.open(directory, CONFIG, file_layer=NoSyncLayer(), preallocator=InlineExecutor())
+    for entry in entries:
+        ledger.append(entry)
+    ledger.flush()
+    (path,) = ledger.segment_paths()
+    ledger._abandon()
+    return path
+
+
+def _record_ends(entries: list[bytes]) -> list[int]:
+    ends, position = [], HEADER_SIZE
+    for entry in entries:
+        position += RECORD_HEADER_SIZE + len(entry)
+        ends.append(position)
+    return ends
+
+
+def _reopen_and_read(directory: Path) -> list[tuple[Position, bytes]]:
+    ledger = Ledger.open(directory, CONFIG, file_layer=NoSyncLayer(), preallocator=InlineExecutor())
+    try:
+        return list(ledger.iter_entries(BEFORE_EVERYTHING))
+    finally:
+        ledger.close()
+
+
+def _expect_prefix(
+    directory: Path, entries: list[bytes], ends: list[int], valid_until: int
+) -> None:
+    """Reopen must yield exactly the records that end at or before ``valid_until``."""
+    kept = [entry for entry, end in zip(entries, ends, strict=True) if end <= valid_until]
+    got = _reopen_and_read(directory)
+    assert [data for _, data in got] == kept
+    assert [p for p, _ in got] == [Position(1, i) for i in range(len(kept))]
+
+
+def _trial_copy(pristine: Path, tmp_path: Path, name: str) -> tuple[Path, Path]:
+    trial = tmp_path / name
+    shutil.copytree(pristine, trial)
+    return trial, trial / Path(next(p for p in (pristine.iterdir()) if p.suffix == ".seg")).name
+
+
+@pytest.fixture
+def small_log(tmp_path: Path) -> tuple[Path, list[bytes]]:
+    rng = random.Random(7)
+    entries = [rng.randbytes(rng.randint(0, 40)) + b"\xff" for _ in range(12)]
+    pristine = tmp_path / "pristine"
+    _build_active_segment(pristine, entries)
+    return pristine, entries
+
+
+def test_truncating_anywhere_in_the_last_three_records_keeps_the_valid_prefix(
+    small_log: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    pristine, entries = small_log
+    ends = _record_ends(entries)
+    start = ends[-4]  # the first byte of the third-to-last record
+    for cut in range(start, ends[-1] + 1):
+        trial, segment = _trial_copy(pristine, tmp_path, f"cut{cut}")
+        with open(segment, "r+b") as handle:
+            handle.truncate(cut)
+        _expect_prefix(trial, entries, ends, cut)
+
+
+def test_truncating_inside_the_segment_header_loses_everything(
+    small_log: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    pristine, _entries = small_log
+    for cut in (0, 1, HEADER_SIZE - 1):
+        trial, segment = _trial_copy(pristine, tmp_path, f"head{cut}")
+        with open(segment, "r+b") as handle:
+            handle.truncate(cut)
+        assert _reopen_and_read(trial) == []
+
+
+@pytest.mark.parametrize("fill", ["zeros", "random"])
+def test_overwriting_the_tail_keeps_records_before_the_first_changed_byte(
+    small_log: tuple[Path, list[bytes]], tmp_path: Path, fill: str
+) -> None:
+    pristine, entries = small_log
+    ends = _record_ends(entries)
+    data_end = ends[-1]
+    rng = random.Random(fill)
+    original = (next(p for p in pristine.iterdir() if p.suffix == ".seg")).read_bytes()
+    for length in [1, 2, 7, 8, 9, 30, 100, 200, data_end - HEADER_SIZE]:
+        begin = data_end - length
+        trial, segment = _trial_copy(pristine, tmp_path, f"{fill}{length}")
+        junk = bytes(length + 50) if fill == "zeros" else rng.randbytes(length + 50)
+        with open(segment, "r+b") as handle:
+            handle.seek(begin)
+            handle.write(junk)
+        changed = next(
+            (i for i in range(begin, begin + len(junk)) if original[i] != junk[i - begin]),
+            data_end,
+        )
+        _expect_prefix(trial, entries, ends, changed)
+
+
+def test_random_truncations_of_a_large_segment(tmp_path: Path) -> None:
+    rng = random.Random(2024)
+    entries = [rng.randbytes(rng.randint(0, 1000)) for _ in range(1500)]
+    pristine = tmp_path / "pristine"
+    _build_active_segment(pristine, entries)
+    ends = _record_ends(entries)
+    for trial_number in range(200):
+        cut = rng.randint(HEADER_SIZE, ends[-1])
+        trial, segment = _trial_copy(pristine, tmp_path, f"t{trial_number}")
+        with open(segment, "r+b") as handle:
+            handle.truncate(cut)
+        _expect_prefix(trial, entries, ends, cut)
+        shutil.rmtree(trial)
+
+
+def test_recovery_removes_the_zero_tail_and_seals_durably(
+    small_log: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    pristine, entries = small_log
+    segment = next(p for p in pristine.iterdir() if p.suffix == ".seg")
+    assert segment.stat().st_size == CONFIG.preallocate_bytes  # pre-allocated, zero tail
+    ledger = Ledger.open(pristine, CONFIG, file_layer=NoSyncLayer())
+    assert segment.stat().st_size == _record_ends(entries)[-1]
+    assert ledger.last_confirmed_position == Position(1, len(entries) - 1)
+    # A fresh ledger id is used for new appends; the recovered one is sealed.
+    assert ledger.append(b"new") == Position(2, 0)
+    ledger.close()
+    reopened = Ledger.open(pristine, CONFIG, file_layer=NoSyncLayer())
+    assert [d for _, d in reopened.iter_entries(BEFORE_EVERYTHING)] == [*entries, b"new"]
+    reopened.close()
