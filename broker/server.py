@@ -24,7 +24,7 @@ from broker.connection import ServerConnection
 from broker.dedup import MessageDeduplication
 from broker.errors import ServiceNotReady, TopicNotFound
 from broker.metadata_store import PolicyStore, SchemaStore
-from broker.storage import Ledger, LedgerConfig, Position
+from broker.storage import FileLayer, Ledger, LedgerConfig, Position
 from broker.topic import Topic, dedup_config_from, ledger_config_from, recover_dedup
 from protocol.topic_name import TopicName
 
@@ -57,6 +57,8 @@ class BrokerService:
         self.service_url = ""
         self.web_url = ""
         self.closing = False
+        #: Test seam: the storage file layer (fault injection, simulated power loss).
+        self.file_layer: FileLayer | None = None
 
     # ------------------------------------------------------------------ names
 
@@ -128,7 +130,7 @@ class BrokerService:
     def _load_sync(
         self, directory: Path, dedup_on: bool
     ) -> tuple[Ledger, MessageDeduplication[Position] | None]:
-        ledger = Ledger.open(directory, ledger_config_from(self.config))
+        ledger = Ledger.open(directory, ledger_config_from(self.config), file_layer=self.file_layer)
         try:
             dedup = recover_dedup(ledger, dedup_config_from(self.config)) if dedup_on else None
             if not dedup_on and "pulsar.dedup" in ledger.cursors:
@@ -172,8 +174,9 @@ def _delete_ledger(directory: Path, config: LedgerConfig) -> None:
 class Broker:
     """The running broker: binary protocol server + HTTP admin server."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, file_layer: FileLayer | None = None) -> None:
         self.config = config
+        self.file_layer = file_layer
         self.service: BrokerService | None = None
         self._server: asyncio.Server | None = None
         self._web: object | None = None
@@ -184,6 +187,7 @@ class Broker:
         from broker.web import start_web_server  # aiohttp is only needed once serving
 
         service = BrokerService(self.config)
+        service.file_layer = self.file_layer
         self.service = service
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(

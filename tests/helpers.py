@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from broker.config import BrokerConfig
 from broker.server import Broker
+from broker.storage import FileLayer
 
 R = TypeVar("R")
 REPO = Path(__file__).resolve().parent.parent
@@ -42,8 +43,9 @@ def test_config(data_dir: Path, **overrides: Any) -> BrokerConfig:
 class BrokerThread:
     """A real broker serving on 127.0.0.1:0 from a background thread."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, file_layer: FileLayer | None = None) -> None:
         self.config = config
+        self.file_layer = file_layer
         self.broker: Broker | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
@@ -69,7 +71,7 @@ class BrokerThread:
     async def _main(self) -> None:
         self.loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        self.broker = Broker(self.config)
+        self.broker = Broker(self.config, file_layer=self.file_layer)
         await self.broker.start()
         self._ready.set()
         await self._stop.wait()
