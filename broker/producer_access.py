@@ -38,8 +38,10 @@ outcome):
       everyone first and then fails, leaving a free topic behind.
     * When ExclusiveWithFencing fences somebody, the new epoch is always greater than the current
       one, so the fenced producers' epochs are stale even if the fencer asked for the current one.
-    * WaitForExclusive with a stale requested epoch is rejected when it asks, not queued; Java
-      queues it and, on promotion, *lowers* the topic epoch to the stale value.
+    * WaitForExclusive with a stale requested epoch is rejected when it asks, not queued, and a
+      waiter whose requested epoch becomes stale while it waits (an earlier waiter's promotion or
+      ``increment_epoch`` moved the epoch past it) is failed with ProducerFenced at that moment.
+      Java queues it and, on promotion, *lowers* the topic epoch to the stale value.
     * When the last Shared producer leaves, the first waiter is promoted; Java only promotes when
       an exclusive holder leaves, so such a waiter could wait forever.
     * The same-name liveness check also covers exclusive producers and waiters: a half-open
@@ -127,17 +129,19 @@ Decision: TypeAlias = Admitted[H] | Queued | Rejected | CheckLiveness[H]
 @dataclass(frozen=True, slots=True)
 class Promotion(Generic[H]):
     """A waiter became the holder: persist ``topic_epoch`` when ``epoch_changed``, then send the
-    second PRODUCER_SUCCESS (same request_id, producer_ready=true, topic_epoch)."""
+    second PRODUCER_SUCCESS (same request_id, producer_ready=true, topic_epoch), and answer the
+    ``failed_waiters`` (whose requested epoch this promotion made stale) with ProducerFenced."""
 
     handle: H
     topic_epoch: int
     epoch_changed: bool
+    failed_waiters: tuple[H, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class EpochBump(Generic[H]):
     """Result of ``increment_epoch``: persist ``topic_epoch`` (which already includes a promotion),
-    close ``fence``, fail ``failed_waiters`` with ProducerFenced, then announce ``promotion``."""
+    close ``fence``, fail ``failed_waiters`` with ProducerFenced, then carry out ``promotion``."""
 
     topic_epoch: int
     fence: tuple[H, ...]
@@ -320,13 +324,7 @@ class ProducerAccess(Generic[H]):
         if self._holder is not None:
             fence = (self._holder,)
             self._fence_registered(self._holder)
-        failed = tuple(
-            handle
-            for handle, waiter in self._waiters.items()
-            if self._is_stale(waiter.requested_topic_epoch)
-        )
-        for handle in failed:
-            self._fail_waiter(handle)
+        failed = self._fail_stale_waiters()
         promotion = self._promote_if_free()
         return EpochBump(self._epoch, fence, failed, promotion)
 
@@ -418,8 +416,8 @@ class ProducerAccess(Generic[H]):
         handle = next(iter(self._waiters))
         waiter = self._waiters.pop(handle)
         del self._by_name[waiter.name]
-        # Waiters are never stale here: they are checked on arrival and increment_epoch, the
-        # only other way the epoch moves while they wait, fails the ones it made stale.
+        # The waiter is not stale: waiters are checked on arrival, and every later epoch move
+        # that leaves waiters behind (a promotion, increment_epoch) fails the ones it outran.
         admitted = self._register_exclusive(
             handle,
             waiter.name,
@@ -428,7 +426,8 @@ class ProducerAccess(Generic[H]):
             self._next_epoch(waiter.requested_topic_epoch),
         )
         assert admitted.topic_epoch is not None
-        return Promotion(handle, admitted.topic_epoch, admitted.epoch_changed)
+        failed = self._fail_stale_waiters()
+        return Promotion(handle, admitted.topic_epoch, admitted.epoch_changed, failed)
 
     def _fence_registered(self, handle: H) -> None:
         producer = self._producers.pop(handle)
@@ -436,6 +435,17 @@ class ProducerAccess(Generic[H]):
         if handle == self._holder:
             self._holder = None
         self._fenced.add(handle)
+
+    def _fail_stale_waiters(self) -> tuple[H, ...]:
+        """Fail the waiters whose requested epoch the topic epoch has just moved past."""
+        stale = tuple(
+            handle
+            for handle, waiter in self._waiters.items()
+            if self._is_stale(waiter.requested_topic_epoch)
+        )
+        for handle in stale:
+            self._fail_waiter(handle)
+        return stale
 
     def _fail_waiter(self, handle: H) -> None:
         waiter = self._waiters.pop(handle)
