@@ -85,6 +85,8 @@ class Admitted(Generic[H]):
     PRODUCER_SUCCESS.  It then closes every producer in ``fence`` (CLOSE_PRODUCER) and answers
     every handle in ``failed_waiters`` (whose PRODUCER request is still pending) with ERROR
     ProducerFenced.  ``topic_epoch`` is the current epoch for Shared producers (maybe ``None``).
+    If persisting fails, call ``remove(handle)`` and answer an error: the in-memory epoch stays
+    ahead of the stored one, which is harmless because no client was ever told that value.
     """
 
     topic_epoch: int | None
