@@ -1,30 +1,31 @@
-"""``EntryCache``: recently appended entries kept in memory so tailing readers skip the disk.
+"""``EntryCache``: recently flushed entries kept in memory so tailing readers skip the disk.
 
 Pulsar's broker keeps an entry cache (``managedLedgerCacheSizeMB``) for the same reason: most
-consumers read what was just written. Entries are inserted at append time (the bytes object is
-shared with the pending-write buffer, so caching costs no copy) and evicted oldest-first once
-``max_bytes`` is exceeded; a hit refreshes nothing, because tailing readers move forward and
-FIFO is the right policy for them ("LRU-ish").
+consumers read what was just written. The flush that makes a run of entries durable inserts it
+as one *block* (consecutive entries of one ledger; the bytes objects are the appended ones, so
+caching copies nothing, and the per-entry work is a single list, off the event-loop thread).
+Blocks are evicted oldest-first once ``max_bytes`` is exceeded: tailing readers move forward,
+so FIFO is the right policy for them ("LRU-ish").
 
-Thread-safe: appends (event loop) and reads (any thread) may interleave; a small internal lock
-guards the map.
+Thread-safe: flushes (worker thread) and reads (any thread) may interleave; a small internal
+lock guards the maps.
 """
 
 from __future__ import annotations
 
 import threading
+from bisect import bisect_right
 from collections import OrderedDict
-
-from broker.storage.position import Position
 
 
 class EntryCache:
-    """A byte-bounded FIFO map ``Position -> bytes``."""
+    """A byte-bounded FIFO of blocks ``(ledger_id, first_entry) -> [entry bytes, ...]``."""
 
     def __init__(self, max_bytes: int) -> None:
         self._max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._entries: OrderedDict[Position, bytes] = OrderedDict()
+        self._blocks: OrderedDict[tuple[int, int], tuple[list[bytes], int]] = OrderedDict()
+        self._starts: dict[int, list[int]] = {}  # ledger id -> first entries of its blocks
         self._bytes = 0
         self.hits = 0
         self.misses = 0
@@ -33,45 +34,61 @@ class EntryCache:
     def size_bytes(self) -> int:
         return self._bytes
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def put(self, position: Position, entry: bytes) -> None:
-        """Insert (positions arrive in increasing order); evict the oldest beyond the bound."""
-        if len(entry) > self._max_bytes:
+    def put_block(self, ledger_id: int, first_entry: int, entries: list[bytes]) -> None:
+        """Cache consecutive entries ``first_entry ..`` of ``ledger_id`` (newest data)."""
+        sizes = [len(entry) for entry in entries]
+        total = sum(sizes)
+        while entries and total > self._max_bytes:  # keep only the newest part that fits
+            total -= sizes.pop(0)
+            entries = entries[1:]
+            first_entry += 1
+        if not entries:
             return
         with self._lock:
-            self._entries[position] = entry
-            self._bytes += len(entry)
+            self._blocks[(ledger_id, first_entry)] = (entries, total)
+            self._starts.setdefault(ledger_id, []).append(first_entry)
+            self._bytes += total
             while self._bytes > self._max_bytes:
-                _, evicted = self._entries.popitem(last=False)
-                self._bytes -= len(evicted)
+                self._evict_oldest()
 
-    def get_many(self, positions: list[Position]) -> list[bytes | None]:
-        """The cached entry (or None) for each position."""
+    def _evict_oldest(self) -> None:
+        (ledger_id, first_entry), (_, size) = self._blocks.popitem(last=False)
+        starts = self._starts[ledger_id]
+        starts.remove(first_entry)  # FIFO: it is the first one, so this is cheap
+        if not starts:
+            del self._starts[ledger_id]
+        self._bytes -= size
+
+    def get_run(self, ledger_id: int, first: int, stop: int) -> list[bytes | None]:
+        """The cached entry (or None) for each entry id in ``first .. stop-1`` of a ledger."""
+        found: list[bytes | None] = [None] * (stop - first)
         with self._lock:
-            found = [self._entries.get(p) for p in positions]
-        hits = sum(1 for entry in found if entry is not None)
+            starts = self._starts.get(ledger_id, [])
+            entry = first
+            while entry < stop:
+                slot = bisect_right(starts, entry) - 1
+                block = self._blocks.get((ledger_id, starts[slot])) if slot >= 0 else None
+                if block is None or entry >= starts[slot] + len(block[0]):
+                    entry += 1
+                    continue
+                offset = entry - starts[slot]
+                take = min(stop - entry, len(block[0]) - offset)
+                found[entry - first : entry - first + take] = block[0][offset : offset + take]
+                entry += take
+        hits = sum(1 for item in found if item is not None)
         self.hits += hits
         self.misses += len(found) - hits
         return found
 
-    def discard_after(self, position: Position | None) -> None:
-        """Drop every entry after ``position`` (all of them if None): used after a failed flush."""
-        with self._lock:
-            while self._entries:
-                newest = next(reversed(self._entries))
-                if position is not None and newest <= position:
-                    return
-                self._bytes -= len(self._entries.pop(newest))
-
     def discard_ledger(self, ledger_id: int) -> None:
         """Drop the entries of a trimmed ledger."""
         with self._lock:
-            for position in [p for p in self._entries if p.ledger_id == ledger_id]:
-                self._bytes -= len(self._entries.pop(position))
+            for first_entry in self._starts.pop(ledger_id, []):
+                _, size = self._blocks.pop((ledger_id, first_entry))
+                self._bytes -= size
 
     def clear(self) -> None:
         with self._lock:
-            self._entries.clear()
+            self._blocks.clear()
+            self._starts.clear()
             self._bytes = 0

@@ -13,13 +13,14 @@ ledger, so a position handed out for data that never became durable is not reuse
 data while anything may remember it.
 
 Write path (group commit):
-* ``append`` (event-loop thread) assigns the position, buffers and caches the entry; no I/O.
+* ``append`` (event-loop thread) assigns the position and buffers the entry; no I/O.
   It decides rolls by entry count and bytes (``max_entries_per_ledger``,
   ``max_size_per_ledger_bytes``).
 * ``flush`` (a worker thread) swaps the buffer out under the lock, then, without any lock,
   writes each touched segment with one ``pwrite`` and one ``fdatasync``, and publishes the new
-  durable end. Locks are never held across a sync, so appends never wait for the disk. Flushes
-  are serialised by their own lock.
+  durable end, then puts the entries in the entry cache for tailing readers. Locks are never
+  held across a sync, so appends never wait for the disk. Flushes are serialised by their own
+  lock.
 * Reads return durable entries only, from the cache when possible (``reader.py``).
 
 State after a failed flush (``LedgerFlushError``, an ``OSError``), which the dedup layer relies
@@ -304,15 +305,15 @@ class Ledger:
         with self._lock:
             if self._closed:
                 raise LedgerClosedError(f"ledger {self.directory} is closed")
-            if self._must_roll or self._tail_is_full(record_size):
+            if self._must_roll or (self._tail_entries and self._tail_is_full(record_size)):
                 self._start_new_tail_ledger()
             position = Position(self._tail_ledger_id, self._tail_entries)
             self._tail_entries += 1
             self._tail_bytes += record_size
             self._pending.append((position, data))
-            self._cache.put(position, data)
             self._last_position = position
-            self._maybe_request_spare()
+            if self._spare is None:
+                self._maybe_request_spare()
         return position
 
     def _tail_is_full(self, record_size: int) -> bool:
@@ -382,6 +383,9 @@ class Ledger:
         new_crc = crc32c.crc32c(records, segment.crc)
         self._table.commit(segment, offsets, len(records), new_crc)
         self._last_confirmed = entries[-1][0]
+        first = entries[0][0].entry_id  # for tailing readers; filled off the event loop
+        self._cache.put_block(ledger_id, first, [data for _, data in entries])
+        segment.extend_ahead(self._preallocator, self.config.segment_preallocation)
 
     def _roll_to(self, ledger_id: int) -> None:
         """Seal the active segment and make ``ledger_id`` the active one (flush lock held)."""
@@ -421,7 +425,6 @@ class Ledger:
             last_confirmed = self._last_confirmed
             discarded = self._last_position if self._last_position != last_confirmed else None
             self._pending = []
-            self._cache.discard_after(last_confirmed)
             self._last_position = last_confirmed
             self._must_roll = True
         log.error(

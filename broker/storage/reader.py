@@ -60,7 +60,7 @@ class EntryReader:
     ) -> list[tuple[Position, bytes]] | None:
         """Entries ``first .. stop-1`` of ``segment`` (None if its file was trimmed away)."""
         positions = [Position(segment.ledger_id, i) for i in range(first, stop)]
-        found: list[bytes | None] = self._cache.get_many(positions)
+        found = self._cache.get_run(segment.ledger_id, first, stop)
         index = 0
         while index < len(found):
             if found[index] is not None:

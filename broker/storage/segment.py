@@ -10,6 +10,11 @@ succeeded) or found by ``recovery.scan_valid_prefix`` after a crash: never by th
 because an active segment is pre-allocated and zero-filled ahead of need (a pre-written file
 makes ``fdatasync`` a data-only operation, see performance.md §1.1).
 
+Pre-allocation continues while the segment is active: when less than half a chunk of zeroed
+space is left ahead of the durable end, a background job zero-fills (and syncs) the next chunk
+past it. The flush thread never writes into a region such a job is still filling: it waits for
+the job first (normally long finished), so zeros can never overwrite data.
+
 A sealed segment (listed in ``ledger.meta``) has been truncated to ``data_end``; its record
 region must hash to the recorded crc. Its offset index is built lazily on first read, by a scan
 that must end exactly at ``data_end`` with the recorded entry count.
@@ -28,6 +33,7 @@ import os
 import struct
 from array import array
 from collections.abc import Iterator
+from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -110,12 +116,7 @@ def preallocate_file(layer: FileLayer, path: Path, size: int) -> None:
     """
     fd = layer.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        offset = 0
-        while offset < size:
-            chunk = _ZERO_CHUNK[: min(len(_ZERO_CHUNK), size - offset)]
-            write_all(layer, fd, chunk, offset)
-            offset += len(chunk)
-        layer.fdatasync(fd)
+        _zero_fill(layer, fd, 0, size)
     finally:
         layer.close(fd)
 
@@ -135,6 +136,7 @@ class Segment:
         offsets: array[int] | None,
         sealed_at_ms: int | None,
         fd: int | None = None,
+        allocated_end: int = 0,
     ) -> None:
         self.path = path
         self.ledger_id = ledger_id
@@ -145,6 +147,9 @@ class Segment:
         self._offsets = offsets
         self._layer = layer
         self._fd = fd
+        self.allocated_end = allocated_end
+        self._extension: Future[int] | None = None
+        self._extension_start = 0
 
     # -- construction ---------------------------------------------------------------------
 
@@ -211,9 +216,11 @@ class Segment:
         directory is fsynced so the new name survives a crash.
         """
         if spare is not None:
+            allocated = os.stat(spare).st_size
             layer.replace(spare, path)
             fd = layer.open(path, os.O_RDWR)
         else:
+            allocated = 0
             fd = layer.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             write_all(layer, fd, encode_segment_header(ledger_id), 0)
@@ -231,6 +238,7 @@ class Segment:
             offsets=array("Q"),
             sealed_at_ms=None,
             fd=fd,
+            allocated_end=allocated,
         )
 
     # -- state ----------------------------------------------------------------------------
@@ -254,9 +262,35 @@ class Segment:
         """Write ``records`` at the durable end; fdatasync if ``sync``. State is unchanged."""
         if self._fd is None:
             raise OSError(f"segment {self.path} is not writable")
+        self.wait_extension(before=self.data_end + len(records))
         write_all(self._layer, self._fd, records, self.data_end)
         if sync:
             self._layer.fdatasync(self._fd)
+
+    def extend_ahead(self, executor: Executor, chunk: int) -> None:
+        """Zero-fill the next ``chunk`` bytes past the allocated end in the background, once
+        less than half a chunk is left (flush thread; at most one job at a time)."""
+        if chunk <= 0 or self._fd is None or self._extension is not None:
+            return
+        if self.allocated_end - self.data_end >= chunk // 2:
+            return
+        start = max(self.allocated_end, self.data_end)
+        self._extension_start = start
+        self._extension = executor.submit(_zero_fill, self._layer, self._fd, start, chunk)
+
+    def wait_extension(self, before: int | None = None) -> None:
+        """Wait for a running extension job if it covers bytes below ``before`` (all if None).
+
+        A failed extension is only a lost optimisation: the write then grows the file.
+        """
+        job = self._extension
+        if job is None or (before is not None and before <= self._extension_start):
+            return
+        self._extension = None
+        try:
+            self.allocated_end = job.result()
+        except OSError as exc:
+            log.warning("pre-allocating more of %s failed: %s", self.path, exc)
 
     def commit(self, record_offsets: list[int], nbytes: int, new_crc: int) -> None:
         """Publish a successful write (call under the ledger lock)."""
@@ -272,6 +306,7 @@ class Segment:
 
         Idempotent; the segment stays writable-in-memory until ``mark_sealed``.
         """
+        self.wait_extension()
         fd = self._layer.open(self.path, os.O_RDWR) if self._fd is None else self._fd
         try:
             self._layer.ftruncate(fd, self.data_end)
@@ -286,7 +321,13 @@ class Segment:
         self.close()
 
     def close(self) -> None:
-        """Release the write descriptor (if any)."""
+        """Release the write descriptor (if any), after any extension job using it."""
+        try:
+            self.wait_extension()
+        finally:
+            self._close_fd()
+
+    def _close_fd(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             self._layer.close(fd)
@@ -358,6 +399,17 @@ class Segment:
             result.append(bytes(body))
             cursor += RECORD_HEADER_SIZE + length
         return result
+
+
+def _zero_fill(layer: FileLayer, fd: int, start: int, size: int) -> int:
+    """Write ``size`` zero bytes at ``start`` and sync; returns the new allocated end."""
+    offset, end = start, start + size
+    while offset < end:
+        chunk = _ZERO_CHUNK[: min(len(_ZERO_CHUNK), end - offset)]
+        write_all(layer, fd, chunk, offset)
+        offset += len(chunk)
+    layer.fdatasync(fd)
+    return end
 
 
 def _has_nonzero(view: memoryview) -> bool:

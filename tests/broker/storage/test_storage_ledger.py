@@ -257,3 +257,21 @@ def test_concurrent_appends_and_flushes(tmp_path: Path) -> None:
     assert [data for _, data in everything] == payloads
     ledger.close()
     assert os.listdir(tmp_path / "t")
+
+
+def test_the_active_segment_is_extended_with_zeros_ahead_of_the_data(tmp_path: Path) -> None:
+    config = LedgerConfig(max_entries_per_ledger=10_000, preallocate_bytes=4096)
+    ledger = _open(tmp_path / "t", config)
+    payloads = [bytes([i % 251 + 1]) * 300 for i in range(40)]  # ~12 KiB, several chunks
+    for payload in payloads:
+        ledger.append(payload)
+        ledger.flush()
+        (active,) = ledger.segment_paths()
+        data = active.read_bytes()
+        # There is always zeroed room ahead of the durable data, never zeros inside it.
+        assert data.rstrip(b"\0") == data[: len(data.rstrip(b"\0"))]
+        assert len(data) - len(data.rstrip(b"\0")) >= 2048 - 300
+    ledger._abandon()
+    reopened = _open(tmp_path / "t", config)
+    assert [d for _, d in reopened.iter_entries(BEFORE_EVERYTHING)] == payloads
+    reopened.close()
