@@ -21,6 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+import uvloop
+
 from broker.config import BrokerConfig
 from broker.server import Broker
 from broker.storage import FileLayer
@@ -63,7 +65,9 @@ class BrokerThread:
 
     def _run(self) -> None:
         try:
-            asyncio.run(self._main())
+            # The production event loop (uvloop), as `magnetar standalone` runs it.
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(self._main())
         except BaseException as exc:  # surfaced to the test thread
             self._error = exc
             self._ready.set()
