@@ -9,7 +9,6 @@ external damage) is clamped; acks of positions past the end are dropped.
 
 from __future__ import annotations
 
-import os
 import urllib.parse
 from collections.abc import Mapping
 from hashlib import sha256
@@ -21,7 +20,7 @@ from broker.storage.config import LedgerConfig
 from broker.storage.cursor import Cursor, CursorStore, LedgerView
 from broker.storage.cursor_state import CursorState, decode_cursor_state
 from broker.storage.errors import CorruptCursorError
-from broker.storage.files import FileLayer, read_file, unlink_durably
+from broker.storage.files import FileLayer, list_files, read_file, unlink_durably
 from broker.storage.position import Position
 
 CURSOR_DIR = "cursors"
@@ -88,10 +87,9 @@ class CursorRegistry:
 
     def load_all(self, last: Position) -> None:
         """Load every cursor file; ``last`` is the last durable position after recovery."""
-        for entry in sorted(os.scandir(self.directory), key=lambda e: e.name):
-            if not entry.name.endswith(CURSOR_SUFFIX):
+        for path in list_files(self.directory):
+            if not path.name.endswith(CURSOR_SUFFIX):
                 continue
-            path = Path(entry.path)
             state = decode_cursor_state(read_file(path), path)
             if self.path_of(state.name) != path:
                 raise CorruptCursorError(path, 0, f"file holds cursor {state.name!r}")

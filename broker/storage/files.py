@@ -134,13 +134,17 @@ def unlink_durably(layer: FileLayer, path: Path) -> None:
 
 def remove_temp_files(layer: FileLayer, directory: Path) -> None:
     """Delete leftovers of interrupted atomic writes and pre-allocations."""
-    removed = False
-    for entry in os.scandir(directory):
-        if entry.name.endswith(TEMP_SUFFIX) and entry.is_file():
-            layer.unlink(Path(entry.path))
-            removed = True
-    if removed:
+    leftovers = [path for path in list_files(directory) if path.name.endswith(TEMP_SUFFIX)]
+    for path in leftovers:
+        layer.unlink(path)
+    if leftovers:
         layer.fsync_dir(directory)
+
+
+def list_files(directory: Path) -> list[Path]:
+    """The regular files directly inside ``directory``, sorted by name."""
+    with os.scandir(directory) as entries:
+        return sorted(Path(entry.path) for entry in entries if entry.is_file())
 
 
 def encode_checked(magic: bytes, payload: bytes) -> bytes:

@@ -42,7 +42,6 @@ prefix is kept and the rest, zero pre-allocation included, is truncated durably.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -65,6 +64,7 @@ from broker.storage.files import (
     OsFileLayer,
     atomic_write,
     ensure_directory,
+    list_files,
     parse_segment_file_name,
     read_file,
     remove_temp_files,
@@ -253,9 +253,8 @@ class Ledger:
         self._release(remove_spare=True)
         for folder in (self._cursors.directory, self.directory):
             if folder.is_dir():
-                for entry in os.scandir(folder):
-                    if entry.is_file():
-                        self._layer.unlink(Path(entry.path))
+                for path in list_files(folder):
+                    self._layer.unlink(path)
                 self._layer.rmdir(folder)
         self._layer.fsync_dir(self.directory.parent)
 
@@ -628,10 +627,10 @@ class Ledger:
 
     def _segment_files(self) -> dict[int, Path]:
         found: dict[int, Path] = {}
-        for entry in os.scandir(self.directory):
-            ledger_id = parse_segment_file_name(entry.name)
-            if ledger_id is not None and entry.is_file():
-                found[ledger_id] = Path(entry.path)
+        for path in list_files(self.directory):
+            ledger_id = parse_segment_file_name(path.name)
+            if ledger_id is not None:
+                found[ledger_id] = path
         return found
 
     def _read_metadata(self) -> LedgerMetadata:

@@ -33,7 +33,7 @@ class EntryReader:
         """See ``Ledger.read``."""
         result: list[tuple[Position, bytes]] = []
         budget = max_bytes
-        while len(result) < max_entries and budget > 0:
+        while len(result) < max_entries and (budget > 0 or not result):
             located = self._table.locate(position)
             if located is None:
                 break

@@ -215,6 +215,8 @@ def _power_loss_run(directory: Path, rng: random.Random, sync_data: bool) -> tup
     finally:
         if ledger is not None:
             ledger._abandon()
+    if rng.random() < 0.3:
+        _crash_during_recovery(directory, config, rng)
     recovered = Ledger.open(directory, config, file_layer=NoSyncLayer())
     try:
         got = dict(recovered.iter_entries(BEFORE_EVERYTHING))
@@ -232,6 +234,15 @@ def _power_loss_run(directory: Path, rng: random.Random, sync_data: bool) -> tup
     finally:
         recovered.close()
     return len(durable), lost
+
+
+def _crash_during_recovery(directory: Path, config: LedgerConfig, rng: random.Random) -> None:
+    """Cut the power again while recovery itself is writing (truncating, sealing, deleting)."""
+    disk = SimulatedDisk(rng, crash_after=rng.randint(1, 12))
+    try:
+        Ledger.open(directory, config, file_layer=disk, preallocator=InlineExecutor())._abandon()
+    except SimulatedCrash:
+        pass
 
 
 def test_power_loss_never_loses_an_entry_reported_durable(tmp_path: Path) -> None:
