@@ -22,7 +22,7 @@ import pulsar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.helpers import BrokerProcess  # noqa: E402
+from tests.helpers import BrokerProcess
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
