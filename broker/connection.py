@@ -18,6 +18,7 @@ Rules (h11/h2 style, see aesthetics §2):
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
@@ -42,7 +43,7 @@ from broker.storage import Position
 from broker.subscription import Subscription, SubType
 from protocol import commands, pb
 from protocol.errors import ProtocolError, ServerError
-from protocol.framing import Frame, FrameDecoder
+from protocol.framing import SUB_MESSAGE_NAME, Frame, FrameDecoder
 from protocol.ids import MessageId, from_u64
 from protocol.topic_name import InvalidTopicNameError, TopicName
 
@@ -77,6 +78,10 @@ class _ConsumerState:
     consumer: Consumer
     subscription: Subscription
     topic: Topic
+
+
+def _command_name(kind: int) -> str:
+    return SUB_MESSAGE_NAME.get(kind, str(kind)).upper()
 
 
 def _position(message_id: pb.MessageIdData) -> Position:
@@ -116,7 +121,7 @@ class ServerConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        transport.set_write_buffer_limits(
+        self._transport.set_write_buffer_limits(
             high=self._config.connection_write_buffer_high_water_mark_bytes,
             low=self._config.connection_write_buffer_low_water_mark_bytes,
         )
@@ -255,11 +260,10 @@ class ServerConnection(asyncio.Protocol):
     def _dispatch(self, frame: Frame) -> None:
         kind = frame.type
         if not self._connected and kind != T.CONNECT:
-            raise _CloseConnection(f"{T.Name(kind)} before CONNECT")
+            raise _CloseConnection(f"{_command_name(kind)} before CONNECT")
         handler = _HANDLERS.get(kind)
         if handler is None:
-            name = T.Name(kind) if kind in T.values() else str(kind)
-            raise _CloseConnection(f"unsupported command {name}")
+            raise _CloseConnection(f"unsupported command {_command_name(kind)}")
         handler(self, frame)
 
     def _spawn(self, coro: Awaitable[None]) -> None:
@@ -524,7 +528,10 @@ class ServerConnection(asyncio.Protocol):
         self._pending_publishes += 1
         if self._pending_publishes >= self._config.max_pending_publish_requests_per_connection:
             self._pause_reading()
-        future.add_done_callback(lambda _f, s=state: self._drain_receipts(s))
+        future.add_done_callback(functools.partial(self._receipt_ready, state))
+
+    def _receipt_ready(self, state: _ProducerState, _future: asyncio.Future[Any]) -> None:
+        self._drain_receipts(state)
 
     def _drain_receipts(self, state: _ProducerState) -> None:
         receipts = state.receipts

@@ -8,9 +8,10 @@ the policy POSTs).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from aiohttp import web
 
@@ -208,10 +209,9 @@ async def start_web_server(broker: Broker, service: BrokerService) -> tuple[web.
     await runner.setup()
     site = web.TCPSite(runner, broker.config.bind_address, broker.config.web_service_port)
     await site.start()
-    server = site._server  # aiohttp exposes the bound port only through the server
-    port = 0
-    if server is not None and getattr(server, "sockets", None):
-        port = server.sockets[0].getsockname()[1]
+    # aiohttp exposes the bound (maybe ephemeral) port only through its server's sockets.
+    server = cast(asyncio.Server | None, site._server)
+    port = server.sockets[0].getsockname()[1] if server is not None and server.sockets else 0
     return runner, port
 
 
