@@ -279,14 +279,17 @@ class Segment:
         self._extension = executor.submit(_zero_fill, self._layer, self._fd, start, chunk)
 
     def wait_extension(self, before: int | None = None) -> None:
-        """Wait for a running extension job if it covers bytes below ``before`` (all if None).
+        """Settle an extension job that covers bytes below ``before`` (all if None): cancel it
+        if it has not started, else wait for it (one zero-fill at most).
 
-        A failed extension is only a lost optimisation: the write then grows the file.
+        A failed or cancelled extension is only a lost optimisation: the write grows the file.
         """
         job = self._extension
         if job is None or (before is not None and before <= self._extension_start):
             return
         self._extension = None
+        if job.cancel():
+            return  # still queued behind other ledgers' jobs: nothing written, do not wait
         try:
             self.allocated_end = job.result()
         except OSError as exc:

@@ -201,7 +201,9 @@ class LedgerWriter:
             self._seal_active()
         with self._lock:
             spare, self._spare = self._spare, None
-        spare_path = None if spare is None else _result_or_none(spare)
+        # A spare still queued behind other ledgers' jobs is not worth waiting for: cancel it
+        # and start with a plain file (extended ahead later). One being filled is nearly done.
+        spare_path = None if spare is None or spare.cancel() else _result_or_none(spare)
         path = self._directory / segment_file_name(ledger_id)
         segment = Segment.create(self._layer, path, ledger_id, spare_path)
         self._table.add(segment)

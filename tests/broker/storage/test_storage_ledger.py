@@ -6,13 +6,18 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
 from broker.storage import Ledger, LedgerConfig, Position
 from broker.storage.position import BEFORE_EVERYTHING
 from tests.broker.storage.faults import FaultyLayer, InlineExecutor, NoSyncLayer
+
+T = TypeVar("T")
 
 
 def _open(directory: Path, config: LedgerConfig, layer: NoSyncLayer | None = None) -> Ledger:
@@ -275,3 +280,22 @@ def test_the_active_segment_is_extended_with_zeros_ahead_of_the_data(tmp_path: P
     reopened = _open(tmp_path / "t", config)
     assert [d for _, d in reopened.iter_entries(BEFORE_EVERYTHING)] == payloads
     reopened.close()
+
+
+class _QueuedForeverExecutor(Executor):
+    """Every job stays queued, as behind a long line of other ledgers' pre-allocations."""
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        return Future()
+
+
+def test_flush_never_waits_for_preallocation_still_queued(tmp_path: Path) -> None:
+    config = LedgerConfig(max_entries_per_ledger=3, preallocate_bytes=1 << 20)
+    ledger = Ledger.open(
+        tmp_path / "t", config, file_layer=NoSyncLayer(), preallocator=_QueuedForeverExecutor()
+    )
+    positions = [ledger.append(bytes([i])) for i in range(10)]
+    assert ledger.flush() == positions[-1]  # would hang if it waited for the spare or extension
+    assert [p for p, _ in ledger.iter_entries(BEFORE_EVERYTHING)] == positions
+    assert all(path.stat().st_size < 1 << 20 for path in ledger.segment_paths())  # plain files
+    ledger.close()
