@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import BrokerThread, test_config
+from tests.helpers import BrokerThread, broker_config
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerThread]:
     """A real in-process broker on 127.0.0.1:0 with its data in ``tmp_path``."""
-    running = BrokerThread(test_config(tmp_path / "data")).start()
+    running = BrokerThread(broker_config(tmp_path / "data")).start()
     try:
         yield running
     finally:

@@ -31,7 +31,7 @@ R = TypeVar("R")
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_config(data_dir: Path, **overrides: Any) -> BrokerConfig:
+def broker_config(data_dir: Path, **overrides: Any) -> BrokerConfig:
     base = BrokerConfig(
         data_dir=str(data_dir),
         broker_service_port=0,

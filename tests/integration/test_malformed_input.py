@@ -198,11 +198,11 @@ def test_bad_checksum_gets_checksum_error_and_keeps_connection(
 def test_handshake_deadline_closes_silent_connection(tmp_path: object) -> None:
     from pathlib import Path
 
-    from tests.helpers import test_config
+    from tests.helpers import broker_config
 
     assert isinstance(tmp_path, Path)
     running = BrokerThread(
-        test_config(tmp_path / "data", connection_handshake_timeout_seconds=1)
+        broker_config(tmp_path / "data", connection_handshake_timeout_seconds=1)
     ).start()
     try:
         sock = socket.create_connection(("127.0.0.1", running.port), timeout=5)
