@@ -3,15 +3,25 @@
 Rules this module keeps:
 
 1. The cursor (``broker.storage.Cursor``) is the only durable state: mark-delete, individual acks,
-   PIP-54 batch-index bitsets. Everything else here (read position, pending, replay, delayed) is
-   rebuilt from the cursor after a restart, so acknowledged messages are never redelivered and
-   unacknowledged ones always are.
+   PIP-54 batch-index bitsets. Everything else here (read position, in-flight entries, replay,
+   delayed) is rebuilt from the cursor after a restart or a topic reload, so acknowledged
+   messages are never redelivered and unacknowledged ones always are (up to what the cursor had
+   persisted when the process died: see ``Cursor.maybe_persist``).
 2. Dispatch order: the *replay* set (entries to deliver again, in position order) first, then new
    entries from the read position. Exclusive/Failover "rewind" is expressed the same way: their
-   pending entries go back to the replay set, which keeps delivery in position order.
-3. Permits count messages. An entry partially acknowledged at batch-index level costs only its
-   still-unacknowledged indexes and carries its ``ack_set`` so the client skips the others (B4).
-4. Nothing here does socket I/O: messages go out through ``ConsumerSink``; timers through a
+   in-flight entries go back to the replay set, which keeps delivery in position order.
+3. PIP-54 (``DispatchLimits.batch_index_ack``, Pulsar's ``acknowledgmentAtBatchIndexLevelEnabled``):
+   an ACK whose ``ack_set`` still has set bits acknowledges only the cleared indexes; the cursor
+   ANDs it into what it holds (it never rolls back, Pulsar #18042) and turns an all-clear set into
+   an entry ack that can move the mark-delete. A partially acknowledged entry is always sent with
+   the cursor's ``ack_set`` (redelivery, another Shared consumer, reconnect, restart) so the client
+   skips the acknowledged indexes. With the flag off, partial acks are ignored and whole batches
+   are redelivered (Java's baseline, B5).
+4. Accounting (B4): what an entry costs in permits is what the client gives back for it (see
+   ``broker.consumer``), and a consumer's ``unacked_messages`` is the sum of the
+   still-unacknowledged indexes of its in-flight entries, so both balance to the Java figures
+   when indexes are skipped and delivery never stalls.
+5. Nothing here does socket I/O: messages go out through ``ConsumerSink``; timers through a
    ``Scheduler`` (the event loop).
 """
 
@@ -20,7 +30,7 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Protocol
@@ -28,10 +38,12 @@ from typing import Protocol
 from broker.consumer import Consumer
 from broker.errors import ConsumerBusy, NotAllowed
 from broker.key_shared import AutoSplitRanges, sticky_key_hash
-from broker.storage import Cursor, Position
+from broker.storage import Cursor, Position, StorageError
 from protocol.metadata import EntryMetadata
 
 log = logging.getLogger(__name__)
+
+_WORD_MASK = (1 << 64) - 1
 
 
 class SubType(IntEnum):
@@ -71,6 +83,7 @@ class EntrySource(Protocol):
 class DispatchLimits:
     max_read_entries: int = 100
     max_read_bytes: int = 5 * 1024 * 1024
+    #: Pulsar's ``acknowledgmentAtBatchIndexLevelEnabled`` (PIP-54)
     batch_index_ack: bool = True
     delayed_delivery: bool = True
     delayed_tick_seconds: float = 1.0
@@ -84,8 +97,35 @@ class SubscriptionStats:
     stats_extra: dict[str, int] = field(default_factory=dict)
 
 
-def popcount_words(words: Iterable[int]) -> int:
-    return sum((w & 0xFFFFFFFFFFFFFFFF).bit_count() for w in words)
+@dataclass(slots=True)
+class _InFlight:
+    """An entry dispatched to a consumer and not yet fully acknowledged."""
+
+    consumer: Consumer
+    #: messages in the entry (``num_messages``; 1 for a non-batch entry)
+    batch_size: int
+    #: of those, how many are still unacknowledged (this entry's share of the consumer's
+    #: ``unacked_messages``)
+    unacked: int
+
+
+def unacked_indexes(ack_set: Sequence[int], batch_size: int) -> int:
+    """How many of indexes ``0 .. batch_size-1`` a PIP-54 ack set marks unacknowledged.
+
+    ``ack_set`` holds Java ``BitSet`` words (bit i in word i // 64, set = unacknowledged);
+    words may be signed int64 as they come off the wire. Bits past the batch are ignored: a
+    client cannot make an entry look bigger than it is.
+    """
+    count = 0
+    for word_index, word in enumerate(ack_set):
+        first = word_index * 64
+        if first >= batch_size:
+            break
+        bits = word & _WORD_MASK
+        if batch_size - first < 64:
+            bits &= (1 << (batch_size - first)) - 1
+        count += bits.bit_count()
+    return count
 
 
 class Subscription:
@@ -113,8 +153,7 @@ class Subscription:
         self._limits = limits
         self._on_empty = on_empty
         self._read_position = source.next_position(cursor.mark_delete_position)
-        #: position -> consumer it was dispatched to and still unacknowledged
-        self._pending: dict[Position, Consumer] = {}
+        self._in_flight: dict[Position, _InFlight] = {}
         self._replay: list[Position] = []  # heap
         self._replay_set: set[Position] = set()
         self._redelivery_counts: dict[Position, int] = {}
@@ -156,7 +195,7 @@ class Subscription:
         if self.sub_type == SubType.Key_Shared:
             self._key_ranges.remove(id(consumer))
             self._refresh_hash_ranges()
-        self._return_pending(consumer, None, count=redeliver)
+        self._return_in_flight(consumer, None, count=redeliver)
         if self.sub_type == SubType.Failover:
             self._notify_failover(previous_active, announce_to=None)
         if not self.consumers and self._on_empty is not None and not self._keep_when_empty:
@@ -176,7 +215,7 @@ class Subscription:
         if active is not previous:
             if previous is not None and previous in self.consumers:
                 # A newly preferred consumer takes over: hand back what the old one holds.
-                self._return_pending(previous, None, count=False)
+                self._return_in_flight(previous, None, count=False)
             for c in self.consumers:
                 c.sink.active_consumer_change(c.consumer_id, c is active)
         elif announce_to is not None:
@@ -204,70 +243,102 @@ class Subscription:
     def acknowledge(
         self, consumer: Consumer | None, acks: list[tuple[Position, list[int] | None]]
     ) -> None:
-        """Individual acks; an ``ack_set`` (PIP-54) acknowledges only the cleared indexes."""
+        """Individual acks; an ``ack_set`` with set bits (PIP-54) acknowledges only the cleared
+        indexes. The same entry may appear several times in one ACK (the client sends the
+        batch's current bitset each time); ANDing makes that harmless.
+        """
+        last = self._source.last_confirmed_position()
         for position, ack_set in acks:
-            if ack_set and self._limits.batch_index_ack:
+            if position > last:
+                # Names no durable entry: a confused client. Java ignores it too.
+                continue
+            if ack_set and any(ack_set):
+                if not self._limits.batch_index_ack:
+                    # Flag off: Java's cursor ignores a partial ack; the batch stays unacked
+                    # until the client acks the entry whole (B5 baseline).
+                    continue
                 self.cursor.delete_batch_indexes(position, ack_set)
-                if not self.cursor.is_deleted(position):
-                    continue
-            elif ack_set:
-                # Batch-index ack disabled: only a fully acknowledged batch counts (B5 baseline).
-                if any(ack_set):
-                    continue
-                self.cursor.delete([position])
             else:
+                # No ack_set, or an all-clear one: the whole entry is acknowledged.
                 self.cursor.delete([position])
-            self._forget(position)
+            self._settle(position)
         self.schedule_dispatch()
 
     def acknowledge_cumulative(
         self, consumer: Consumer | None, position: Position, ack_set: list[int] | None
     ) -> None:
-        """Everything up to ``position`` is consumed (partially ``position`` itself, PIP-54)."""
+        """Everything up to ``position`` is consumed; with an ``ack_set`` (PIP-54) the entries
+        before ``position`` fully and ``position`` itself only in its cleared indexes.
+
+        With the flag off a partial cumulative ack moves the mark-delete to the entry before
+        (Java: ``getPreviousPosition``), so that batch is redelivered whole.
+        """
         if self.sub_type in (SubType.Shared, SubType.Key_Shared):
             raise NotAllowed("Cumulative ack is not supported for Shared subscriptions")
-        if ack_set and self._limits.batch_index_ack and any(ack_set):
-            before = Position(position.ledger_id, position.entry_id - 1)
-            if before > self.cursor.mark_delete_position:
-                self.cursor.mark_delete(before)
-            self.cursor.delete_batch_indexes(position, ack_set)
-        elif ack_set and any(ack_set):
-            before = Position(position.ledger_id, position.entry_id - 1)
-            if before > self.cursor.mark_delete_position:
-                self.cursor.mark_delete(before)
-        elif position > self.cursor.mark_delete_position:
-            self.cursor.mark_delete(position)
-        mark = self.cursor.mark_delete_position
-        for pos in [p for p in self._pending if p <= mark]:
-            self._forget(pos)
-        if self.cursor.is_deleted(position):
-            self._forget(position)
+        if position > self._source.last_confirmed_position():
+            return
+        if ack_set and any(ack_set):
+            self._mark_delete_through(position.previous())
+            if self._limits.batch_index_ack:
+                self.cursor.delete_batch_indexes(position, ack_set)
+        else:
+            self._mark_delete_through(position)
+        for done in [p for p in self._in_flight if self.cursor.is_deleted(p)]:
+            self._forget(done)
+        self._settle(position)
         self.schedule_dispatch()
 
+    def _mark_delete_through(self, position: Position) -> None:
+        if position > self.cursor.mark_delete_position:
+            self.cursor.mark_delete(position)
+
+    def _settle(self, position: Position) -> None:
+        """Bring the in-flight bookkeeping of ``position`` in line with the cursor after an ack."""
+        if self.cursor.is_deleted(position):
+            self._forget(position)
+            return
+        flight = self._in_flight.get(position)
+        held = self.cursor.batch_ack_set(position)
+        if flight is None or held is None:
+            return
+        remaining = unacked_indexes(held, flight.batch_size)
+        if remaining == 0:
+            # Only bits past the end of the batch are left set: every real index is acked.
+            self.cursor.delete([position])
+            self._forget(position)
+        elif remaining < flight.unacked:
+            flight.consumer.unacked_messages -= flight.unacked - remaining
+            flight.unacked = remaining
+
     def _forget(self, position: Position) -> None:
-        owner = self._pending.pop(position, None)
-        if owner is not None:
-            owner.pending.discard(position)
-            owner.unacked_messages = max(0, owner.unacked_messages - 1)
+        """``position`` is fully acknowledged: drop every trace of it here."""
+        flight = self._in_flight.pop(position, None)
+        if flight is not None:
+            self._release(flight, position)
         self._redelivery_counts.pop(position, None)
-        if position in self._replay_set:
-            self._replay_set.discard(position)
+        self._replay_set.discard(position)
+
+    @staticmethod
+    def _release(flight: _InFlight, position: Position) -> None:
+        consumer = flight.consumer
+        consumer.pending.discard(position)
+        consumer.unacked_messages = max(0, consumer.unacked_messages - flight.unacked)
 
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
         """REDELIVER_UNACKNOWLEDGED_MESSAGES, with ids (negative acks) or all of them."""
-        self._return_pending(consumer, positions, count=True)
+        self._return_in_flight(consumer, positions, count=True)
         self.schedule_dispatch()
 
-    def _return_pending(
+    def _return_in_flight(
         self, consumer: Consumer, positions: list[Position] | None, *, count: bool
     ) -> None:
         chosen = list(consumer.pending) if positions is None else positions
         for position in chosen:
-            if self._pending.get(position) is not consumer:
+            flight = self._in_flight.get(position)
+            if flight is None or flight.consumer is not consumer:
                 continue
-            del self._pending[position]
-            consumer.pending.discard(position)
-            consumer.unacked_messages = max(0, consumer.unacked_messages - 1)
+            del self._in_flight[position]
+            self._release(flight, position)
             if count:
                 self._redelivery_counts[position] = self._redelivery_counts.get(position, 0) + 1
             self._add_replay(position)
@@ -286,7 +357,7 @@ class Subscription:
         """
         self.cursor.reset(position)
         self._read_position = position
-        self._pending.clear()
+        self._in_flight.clear()
         self._replay.clear()
         self._replay_set.clear()
         self._redelivery_counts.clear()
@@ -356,7 +427,7 @@ class Subscription:
                 if not self._any_consumer_ready():
                     return
                 self._read_position = self._source.next_position(position)
-                if self.cursor.is_deleted(position) or position in self._pending:
+                if self.cursor.is_deleted(position) or position in self._in_flight:
                     continue
                 if position in self._replay_set or position in self._delayed_set:
                     continue
@@ -374,23 +445,27 @@ class Subscription:
         metadata = self._source.entry_metadata(position, entry)
         if self._should_delay(position, metadata):
             return True
+        batch_size = max(1, metadata.num_messages)
+        ack_set = self.cursor.batch_ack_set(position) if self._limits.batch_index_ack else None
+        unacked = batch_size if ack_set is None else unacked_indexes(ack_set, batch_size)
+        if unacked == 0:
+            # Every index is acknowledged (stray bits past the batch kept the entry alive).
+            self.cursor.delete([position])
+            self._forget(position)
+            return True
         consumer = self._choose_consumer(metadata)
         if consumer is None:
             return False
-        ack_set = self.cursor.batch_ack_set(position) if self._limits.batch_index_ack else None
-        messages = popcount_words(ack_set) if ack_set else metadata.num_messages
         redelivery_count = self._redelivery_counts.get(position, 0)
-        consumer.sink.send_message(
-            consumer.consumer_id, position, entry, redelivery_count, ack_set or None
-        )
-        consumer.permits -= messages
-        consumer.unacked_messages += 1
-        consumer.messages_out += messages
+        consumer.sink.send_message(consumer.consumer_id, position, entry, redelivery_count, ack_set)
+        consumer.permits -= batch_size if consumer.returns_permits_for_skipped else unacked
+        consumer.unacked_messages += unacked
+        consumer.messages_out += unacked
         consumer.pending.add(position)
-        self._pending[position] = consumer
-        self.stats.msg_out += messages
+        self._in_flight[position] = _InFlight(consumer, batch_size, unacked)
+        self.stats.msg_out += unacked
         if from_replay:
-            self.stats.msg_redelivered += messages
+            self.stats.msg_redelivered += unacked
         return True
 
     def _choose_consumer(self, metadata: EntryMetadata) -> Consumer | None:
@@ -465,26 +540,41 @@ class Subscription:
         return self.cursor.backlog()
 
     def unacked_count(self) -> int:
-        return len(self._pending)
+        """Messages dispatched and not yet acknowledged, over all consumers."""
+        return sum(flight.unacked for flight in self._in_flight.values())
 
     def close(self) -> None:
+        """Stop dispatching and disconnect the consumers (topic unload, shutdown, deletion).
+
+        The cursor is persisted *before* the consumers are told to go: a client reconnects
+        within ~100 ms, possibly to a reloaded topic, which must already see every ack
+        (Pulsar #14982: duplicates after an unload with batch-index acks on).
+        """
+        if self._closed:
+            return
         self._closed = True
         if self._delayed_timer is not None:
             self._delayed_timer.cancel()
             self._delayed_timer = None
+        if self.cursor.durable and self.cursor.dirty:
+            try:
+                self.cursor.persist()
+            except (OSError, StorageError):
+                # The ledger's close persists again; the consumers must go either way.
+                log.exception("subscription %r: persisting the cursor on close failed", self.name)
+        self.disconnect_all()
 
     def describe(self) -> dict[str, object]:
         return {
             "type": self.sub_type.name if self.sub_type is not None else None,
             "durable": self.durable,
             "msgBacklog": self.backlog(),
-            "unackedMessages": len(self._pending),
+            "unackedMessages": self.unacked_count(),
             "msgOutCounter": self.stats.msg_out,
             "msgRedeliverCounter": self.stats.msg_redelivered,
             "msgDelayed": len(self._delayed_set),
-            "markDeletePosition": f"{self.cursor.mark_delete_position[0]}:"
-            f"{self.cursor.mark_delete_position[1]}",
-            "readPosition": f"{self._read_position[0]}:{self._read_position[1]}",
+            "markDeletePosition": str(self.cursor.mark_delete_position),
+            "readPosition": str(self._read_position),
             "consumers": [
                 {
                     "consumerName": c.name,
