@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -94,13 +94,11 @@ class Cursor:
         *,
         store: CursorStore | None,
         persist_interval_s: float,
-        on_close: Callable[[Cursor], None] | None = None,
     ) -> None:
         self.name = name
         self._ledger = ledger
         self._store = store
         self._persist_interval_s = persist_interval_s
-        self._on_close = on_close
         self._lock = threading.Lock()
         self._persist_lock = threading.Lock()
         self._md = state.mark_delete
@@ -347,8 +345,6 @@ class Cursor:
                 self.persist()
         finally:
             self._closed = True
-            if self._on_close is not None:
-                self._on_close(self)
 
     def _mark_closed(self) -> None:
         """Make the cursor unusable without persisting (its ledger was deleted or abandoned)."""

@@ -12,15 +12,16 @@ makes ``fdatasync`` a data-only operation, see performance.md §1.1).
 
 Pre-allocation continues while the segment is active: when less than half a chunk of zeroed
 space is left ahead of the durable end, a background job zero-fills (and syncs) the next chunk
-past it. The flush thread never writes into a region such a job is still filling: it waits for
-the job first (normally long finished), so zeros can never overwrite data.
+past it. The flush thread never writes into a region such a job may still fill: it cancels the
+job if it has not started, else waits for it (normally long finished), so zeros can never
+overwrite data.
 
 A sealed segment (listed in ``ledger.meta``) has been truncated to ``data_end``; its record
 region must hash to the recorded crc. Its offset index is built lazily on first read, by a scan
 that must end exactly at ``data_end`` with the recorded entry count.
 
-Thread safety: one writer (the ledger's flush thread) calls ``write``/``prepare_seal``; the
-ledger publishes new durable state through ``commit`` under its lock. Readers never use the
+Thread safety: one writer (the ledger's flush thread) calls ``write``/``prepare_seal``; new
+durable state is published through ``commit`` under the segment table's lock. Readers never use the
 write descriptor (each read opens its own), so sealing or trimming cannot pull a descriptor from
 under a reader.
 """
