@@ -159,12 +159,14 @@ class ServerConnection(asyncio.Protocol):
         for state in list(self._consumers.values()):
             state.subscription.remove_consumer(state.consumer)
         self._consumers.clear()
+        # Cancel this connection's own work first: cancelling after spawning the removals would
+        # cancel them before they ever ran, leaving a dead exclusive holder on its topic.
+        for task in self._tasks:
+            task.cancel()
         producers = list(self._producers.values())
         self._producers.clear()
         for pstate in producers:
             self._spawn(pstate.topic.remove_producer(pstate.producer))
-        for task in self._tasks:
-            task.cancel()
 
     def pause_writing(self) -> None:
         self._writable = False
