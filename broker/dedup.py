@@ -34,6 +34,25 @@ never resume a half-replayed one.
 
 Times are seconds from a monotonic clock chosen by the caller (``time.monotonic()``), never
 wall time, so a wall-clock jump neither purges producers nor delays snapshots.
+
+Decisions that differ from the Java broker (each one is on the side of never losing a message):
+
+* Batch range (`batch_highest_sequence_id`): a C++ batch carries only its first id; we take
+  ``first + num_messages - 1`` as its last id, where Java records only the first one.
+* A batch straddling the persisted mark (R8, Pulsar #6273): its first id is at or below
+  ``highest_persisted`` but its last id is above it, and nothing of that name is in flight.
+  Java judges by the first id and answers DUP, so the new messages of the batch are
+  acknowledged with ``-1:-1`` and silently lost. Pulsar fixed #6273 in the *Java client*,
+  which sends a possibly-duplicate message in a batch of its own; the C++ client behind the
+  Python client (4.2.0) has no such logic, so an application that replays a window of explicit
+  ids from its own checkpoint (the canonical dedup use) sends exactly such batches. A broker
+  cannot store part of a batch without rewriting the entry (its payload may be compressed or
+  encrypted, and the client derives message ids from batch indexes), so we store the batch
+  whole: the ids at or below the mark in that one batch are duplicated, the new ones are kept.
+  At-least-once is the floor dedup falls back to, never loss. `check` counts these batches
+  (``straddling_batches``) so an operator sees when it happens. A batch entirely at or below
+  the mark is a duplicate; one overlapping ids still in flight is UNKNOWN, as in Java.
+* `last_sequence_id` answers the *pushed* mark, as Java does (see there for why).
 """
 
 from __future__ import annotations
@@ -154,10 +173,13 @@ class MessageDeduplication(Generic[P]):
         self._pending_snapshot: tuple[P, int] | None = None
         self._last_snapshot_position: P | None = None
         self._last_snapshot_time: float | None = None
+        self._recovery_seconds: float | None = None
         self._replayed_entries = 0
         self._accepted = 0
         self._duplicates = 0
         self._unknowns = 0
+        self._straddling = 0
+        self._write_failures = 0
         self._purged = 0
 
     # ------------------------------------------------------------------ recovery
@@ -200,16 +222,20 @@ class MessageDeduplication(Generic[P]):
         self._replayed_entries += count
         return count
 
-    def finish_recovery(self, *, now: float, last_position: P | None = None) -> None:
+    def finish_recovery(
+        self, *, now: float, last_position: P | None = None, elapsed_s: float | None = None
+    ) -> None:
         """RECOVERING -> READY, exactly once.
 
         ``last_position`` is the last entry replayed (the end of the log); when the replay was
         empty it defaults to the snapshot position. The replayed entries count towards the next
         snapshot, so a long replay is followed by a snapshot soon (Pulsar #22479). Every
         recovered name starts the inactivity clock at ``now``, as in Java: a producer that
-        never comes back is purged after the timeout.
+        never comes back is purged after the timeout. ``elapsed_s``, how long the caller's
+        recovery took, is only reported in `stats`.
         """
         self._require(DedupState.RECOVERING, "finish_recovery")
+        self._recovery_seconds = elapsed_s
         self._pushed = dict(self._persisted)
         if last_position is not None:
             self._last_persisted_position = last_position
@@ -250,37 +276,47 @@ class MessageDeduplication(Generic[P]):
 
     # ------------------------------------------------------------------ publishing
 
+    def may_be_duplicate(self, producer_name: str, sequence_id: int) -> bool:
+        """Whether `check` would need more than the first id: ``sequence_id <= pushed``.
+
+        A cheap test the topic runs before `check` so that it looks inside a batch (for its
+        exact highest id) only on the rare path, never for a new entry.
+        """
+        pushed = self._pushed.get(producer_name)
+        return pushed is not None and sequence_id <= pushed
+
     def check(self, producer_name: str, sequence_id: int, highest_sequence_id: int) -> DedupResult:
-        """Java's ``isDuplicate``: classify an entry and, if new, mark its ids as pushed.
+        """Java's ``isDuplicate``, with the batch range: classify an entry; if new, push its ids.
 
         ``highest_sequence_id`` is the last id the entry covers (`batch_highest_sequence_id`;
-        equal to ``sequence_id`` for a single message).
+        equal to ``sequence_id`` for a single message); a smaller value counts as
+        ``sequence_id`` (Java's ``max``).
 
-        The verdict depends on the entry's *lowest* id only, as in Java. An entry whose first id
-        is above the pushed mark is new, whatever its range. Otherwise it is a duplicate if the
-        first id is at or below the persisted mark, else UNKNOWN (it overlaps a write whose
-        outcome is not known yet; D4: pushed=5, batch 4..8 -> UNKNOWN).
-
-        Consequence, kept on purpose to match Java: a batch whose first id is at or below the
-        persisted mark but whose last id is above it (say persisted=5, batch 4..8) is a
-        duplicate as a whole, so ids 6..8 are not stored. Pulsar fixed that case (issue #6273)
-        in the Java client, which flushes a possibly-duplicate message into its own batch; a
-        broker cannot store part of a batch without rewriting the entry. The official clients
-        resend a failed batch as the same batch, so a straddling batch needs application-chosen
-        ids that go backwards.
+        * first id above the pushed mark: NOT_DUP, whatever the range (gaps are allowed).
+        * whole range at or below the persisted mark: DUP.
+        * otherwise, if ids of this name are in flight (pushed > persisted): UNKNOWN; the
+          entry may overlap a write whose outcome is not known yet (D2, D4, D6).
+        * otherwise the batch straddles the persisted mark with nothing in flight: NOT_DUP,
+          stored whole (see the module docstring, R8 / Pulsar #6273).
         """
         if self._state is not DedupState.READY:
             self._require(DedupState.READY, "check")
+        high = highest_sequence_id if highest_sequence_id > sequence_id else sequence_id
         pushed = self._pushed.get(producer_name)
-        if pushed is not None and sequence_id <= pushed:
-            persisted = self._persisted.get(producer_name)
-            if persisted is not None and sequence_id <= persisted:
-                self._duplicates += 1
-                return DedupResult.DUP
+        if pushed is None or sequence_id > pushed:
+            self._pushed[producer_name] = high
+            self._accepted += 1
+            return DedupResult.NOT_DUP
+        persisted = self._persisted.get(producer_name)
+        if persisted is not None and high <= persisted:
+            self._duplicates += 1
+            return DedupResult.DUP
+        if persisted is None or pushed > persisted:
             self._unknowns += 1
             return DedupResult.UNKNOWN
-        self._pushed[producer_name] = max(highest_sequence_id, sequence_id)
+        self._pushed[producer_name] = high
         self._accepted += 1
+        self._straddling += 1
         return DedupResult.NOT_DUP
 
     def on_persisted(self, producer_name: str, highest_sequence_id: int, position: P) -> None:
@@ -311,6 +347,7 @@ class MessageDeduplication(Generic[P]):
         """
         self._require(DedupState.READY, "on_write_failed")
         self._pushed = dict(self._persisted)
+        self._write_failures += 1
 
     def last_sequence_id(self, producer_name: str) -> int:
         """PRODUCER_SUCCESS.last_sequence_id for ``producer_name``, or -1 if unknown.
@@ -347,6 +384,13 @@ class MessageDeduplication(Generic[P]):
     @property
     def entries_since_snapshot(self) -> int:
         return self._persisted_entries - self._entries_at_snapshot
+
+    def snapshot_due_by_entries(self) -> bool:
+        """Whether ``entries_interval`` entries were persisted since the last snapshot (checked
+        by the topic after every group commit; Java checks it on every persist)."""
+        if self._state is not DedupState.READY or self._last_persisted_position is None:
+            return False
+        return self.entries_since_snapshot >= self._config.entries_interval
 
     def should_snapshot(self, now: float) -> bool:
         """Whether the topic should store a snapshot now.
@@ -468,8 +512,11 @@ class MessageDeduplication(Generic[P]):
             "accepted": self._accepted,
             "duplicates_dropped": self._duplicates,
             "unknown_answers": self._unknowns,
+            "straddling_batches": self._straddling,
+            "write_failures": self._write_failures,
             "purged_producers": self._purged,
             "replayed_entries": self._replayed_entries,
+            "recovery_seconds": self._recovery_seconds,
             "entries_since_snapshot": self.entries_since_snapshot,
             "last_persisted_position": self._last_persisted_position,
             "last_snapshot_position": self._last_snapshot_position,

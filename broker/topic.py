@@ -3,18 +3,30 @@
 Publishing (the hot path, see docs/CONTRACTS.md and aesthetics §3 "SEND"):
 
 1. ``publish`` runs the PIP-68 data-path check (a fenced producer never reaches the ledger), then
-   the PIP-6 dedup check, then appends the entry verbatim (``Ledger.append``, buffered) and returns
-   a future. It never awaits, so a connection keeps reading pipelined SENDs.
-2. The group-commit task (``_flush_loop``) runs ``Ledger.flush`` in a worker thread: one write and
-   one fdatasync cover everything appended meanwhile. When it returns, the futures of every entry
-   at or below the durable position resolve **in append order**, dedup's persisted marks move, and
+   the PIP-6 dedup check, then *stages* the entry and returns a future. It never awaits, so a
+   connection keeps reading pipelined SENDs.
+2. The group-commit task (``_flush_loop``) hands everything staged to the ledger
+   (``Ledger.append``, buffered) and runs ``Ledger.flush`` in a worker thread: one write and one
+   fdatasync cover the whole group. Entries published meanwhile stay staged for the next group.
+   When the flush returns, the futures of the group resolve **in append order**, dedup's persisted
+   marks move, a dedup snapshot is taken every ``brokerDeduplicationEntriesInterval`` entries, and
    subscriptions are told that new entries may be dispatched (only durable entries are read).
-3. A failed flush fails every entry not yet durable (the ledger drops them), and dedup resets
-   ``pushed := persisted`` for all producers (Pulsar #5218), so client retries are stored, not
-   taken for duplicates.
+3. A failed flush (EIO, ENOSPC, ...) fails the group *and everything staged behind it*, resets
+   dedup's ``pushed := persisted`` for all producers (Pulsar #5218), and refuses further SENDs from
+   every producer that lost a message until it reconnects (Java fences the topic and disconnects
+   its producers). Why all three:
 
-Thread-safety: everything here runs on the event loop, except the ledger flush (worker thread) and
-the load/recovery step (worker thread, before the topic is visible to anybody).
+   * Staging is what makes the failed set exact: the ledger discards every entry that was not
+     durable, and nothing is appended to it while a flush runs, so no entry can outlive the
+     failure of an entry published before it.
+   * The reset makes the client's resend of a failed id a new entry, not a duplicate.
+   * A producer whose seq 10 failed may already have seq 11, 12 on the wire. Storing them would
+     lift the high-water mark above 10, and the resend of 10 after the reconnect would then be
+     answered as a duplicate: lost. Refusing them makes the client resend 10, 11, 12 in order.
+
+Thread-safety: everything here runs on the event loop, except the ledger flush and the periodic
+cursor persistence (worker threads) and the load/recovery step (worker thread, before the topic
+is visible to anybody).
 """
 
 from __future__ import annotations
@@ -24,15 +36,24 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from broker.config import BrokerConfig
-from broker.dedup import DedupConfig, DedupResult, MessageDeduplication, batch_highest_sequence_id
+from broker.dedup import (
+    DedupConfig,
+    DedupResult,
+    DedupState,
+    MessageDeduplication,
+    batch_highest_sequence_id,
+)
 from broker.errors import PersistenceError, ProducerFenced
 from broker.producer import Producer, ProducerRegistry
-from broker.storage import Cursor, InitialPosition, Ledger, LedgerConfig, Position
+from broker.storage import Cursor, InitialPosition, Ledger, LedgerConfig, Position, StorageError
 from broker.subscription import DispatchLimits, Subscription
+from protocol.batch import decode_batch
+from protocol.errors import RemoteProtocolError
 from protocol.ids import I64_MAX, MessageId
 from protocol.metadata import EntryMetadata, parse_entry_metadata
 from protocol.topic_name import TopicName
@@ -41,32 +62,28 @@ log = logging.getLogger(__name__)
 
 DEDUP_CURSOR = "pulsar.dedup"
 _METADATA_CACHE_ENTRIES = 4096
+_REPLAY_CHUNK = 1000
+# Inactive producers are looked for at most this often; the timeout itself is in minutes.
+_PURGE_CHECK_INTERVAL_S = 60.0
 
 
-@dataclass(eq=False)
-class PublishResult:
-    """What a SEND becomes: a durable position, or ``None`` for a PIP-6 duplicate."""
+@dataclass(eq=False, slots=True)
+class _PendingWrite:
+    """An accepted SEND on its way to the ledger: staged, then in a flush group."""
 
-    position: Position | None
-
-
-@dataclass(eq=False)
-class _Unflushed:
-    position: Position
-    future: asyncio.Future[Position | None]
-    producer_name: str
+    producer: Producer
+    entry: bytes
     highest_sequence_id: int
+    future: asyncio.Future[Position | None]
+    position: Position | None = None
 
 
 @dataclass
 class TopicStats:
     msg_in: int = 0
     bytes_in: int = 0
-    duplicates: int = 0
-    unknown_dups: int = 0
     persistence_errors: int = 0
     flushes: int = 0
-    last_snapshot_time: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -91,30 +108,72 @@ def dedup_config_from(config: BrokerConfig) -> DedupConfig:
     )
 
 
-def recover_dedup(ledger: Ledger, config: DedupConfig) -> MessageDeduplication[Position]:
+def recover_dedup(
+    ledger: Ledger, config: DedupConfig, *, now: float | None = None
+) -> MessageDeduplication[Position]:
     """PIP-6 recovery: the snapshot on the ``pulsar.dedup`` cursor, then replay every entry after.
 
     Runs exactly once per topic load, in the loader thread, before any producer is admitted
     (Pulsar #25954). Only producer name and sequence ids are parsed from each entry.
+
+    A topic without the cursor starts tracking afresh from its end, as Java opens the cursor at
+    Latest: the cursor is created (and persisted) when dedup is first enabled, before any entry
+    it must cover is written, so a missing cursor means dedup was off for what the log holds.
+    A cursor whose mark-delete had to be pulled back (the log lost durable entries) carries a
+    snapshot describing entries that no longer exist; it is ignored and the whole log replayed.
     """
-    cursor = ledger.open_cursor(DEDUP_CURSOR, InitialPosition.EARLIEST)
-    snapshot_position = cursor.mark_delete_position
+    started = time.monotonic()
+    cursor = ledger.open_cursor(DEDUP_CURSOR, InitialPosition.LATEST)
+    snapshot: dict[str, int] = dict(cursor.properties)
+    snapshot_position: Position | None = cursor.mark_delete_position
+    replay_from = ledger.next_position(cursor.mark_delete_position)
+    if cursor.was_clamped:
+        log.warning(
+            "%s: dedup snapshot is ahead of the log; replaying the whole log", ledger.directory
+        )
+        snapshot, snapshot_position = {}, None
+        replay_from = ledger.next_position(ledger.before_first_position())
     dedup: MessageDeduplication[Position] = MessageDeduplication.begin_recovery(
-        dict(cursor.properties), config=config, snapshot_position=snapshot_position
+        snapshot, config=config, snapshot_position=snapshot_position
     )
     records: list[tuple[str, int, int]] = []
-    for _position, entry in ledger.iter_entries(ledger.next_position(snapshot_position)):
+    for _position, entry in ledger.iter_entries(replay_from):
         meta = parse_entry_metadata(entry)
         high = batch_highest_sequence_id(
             meta.sequence_id, meta.highest_sequence_id, meta.num_messages
         )
         records.append((meta.producer_name, meta.sequence_id, high))
-        if len(records) >= 1000:
+        if len(records) >= _REPLAY_CHUNK:
             dedup.replay(records)
             records = []
     dedup.replay(records)
-    dedup.finish_recovery(now=time.monotonic(), last_position=ledger.last_confirmed_position)
+    dedup.finish_recovery(
+        now=time.monotonic() if now is None else now,
+        last_position=ledger.last_confirmed_position,
+        elapsed_s=time.monotonic() - started,
+    )
     return dedup
+
+
+def exact_batch_highest_sequence_id(entry: bytes, estimate: int) -> int:
+    """The largest per-message sequence id inside an uncompressed batch entry, else ``estimate``.
+
+    Used only on dedup's rare path (an entry whose first id is not above the pushed mark), where
+    the exact last id of a batch decides between DUP and storing it: the C++ client sends only
+    the first id, and ``first + n - 1`` understates the last id of a batch with gapped ids.
+    Compressed or encrypted payloads, and batches without per-message ids, keep the estimate.
+    """
+    try:
+        meta = parse_entry_metadata(entry)
+        if not meta.is_batch or meta.num_messages <= 1 or meta.compression != 0:
+            return estimate
+        messages = decode_batch(memoryview(entry)[meta.payload_offset :], meta.num_messages)
+    except RemoteProtocolError:
+        return estimate  # e.g. an encrypted payload: it does not parse as a batch
+    ids = [m.sequence_id for m in messages]
+    if any(seq is None or seq < meta.sequence_id for seq in ids):
+        return estimate  # no usable per-message ids (or ids going backwards): keep the range
+    return max(seq for seq in ids if seq is not None)
 
 
 class Topic:
@@ -127,7 +186,12 @@ class Topic:
         config: BrokerConfig,
         *,
         dedup: MessageDeduplication[Position] | None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``dedup`` is the recovered state (`recover_dedup`), None when dedup is off.
+        ``clock`` is the monotonic clock of dedup's timers (tests substitute a fake one)."""
+        if dedup is not None and dedup.state is not DedupState.READY:
+            raise ValueError("a topic needs a fully recovered dedup state")
         self.name = name
         self.ledger = ledger
         self.config = config
@@ -135,8 +199,19 @@ class Topic:
         self.stats = TopicStats()
         self.subscriptions: dict[str, Subscription] = {}
         self.producers = ProducerRegistry(ledger)
+        self._clock = clock
         self._loop = asyncio.get_running_loop()
-        self._unflushed: list[_Unflushed] = []
+        self._staged: list[_PendingWrite] = []
+        self._flushing: list[_PendingWrite] = []
+        # Producers that lost a message to a failed write; their SENDs are refused until they
+        # reconnect as new producer objects (see the module docstring, step 3).
+        self._failed_producers: set[Producer] = set()
+        self._last_snapshot_wall_time: float | None = None
+        self._last_snapshot_check = clock()
+        self._last_purge_check = clock()
+        # Serialises cursor-file I/O of the housekeeping thread with deleting the dedup cursor,
+        # so a periodic persist cannot write back a cursor that disabling dedup just deleted.
+        self._cursor_io = asyncio.Lock()
         self._dirty = asyncio.Event()
         self._closed = False
         self._metadata_cache: OrderedDict[Position, EntryMetadata] = OrderedDict()
@@ -166,37 +241,40 @@ class Topic:
         highest_sequence_id: int,
         entry: bytes,
     ) -> asyncio.Future[Position | None]:
-        """Append one entry (a SEND); the future resolves when it is durable.
+        """Accept one entry (a SEND); the future resolves when it is durable.
 
         Resolves to ``None`` for a duplicate (receipt ``-1:-1``). Raises ``PersistenceError``
-        synchronously for dedup's "unknown" answer (the write of that id is still in flight).
+        synchronously for dedup's "unknown" answer (the write of that id is still in flight),
+        and for a producer that lost a message to a failed write and has not reconnected.
         """
         if self._closed:
             raise PersistenceError("Topic is closing")
         if not self.producers.may_publish(producer):
             # PIP-68: checked at append time, so a fenced producer never reaches the ledger.
             raise ProducerFenced("Producer was fenced")
-        producer_name = producer.name
+        if producer in self._failed_producers:
+            raise PersistenceError("An earlier message of this producer failed to persist")
         future: asyncio.Future[Position | None] = self._loop.create_future()
-        if self.dedup is not None:
-            verdict = self.dedup.check(producer_name, sequence_id, highest_sequence_id)
+        dedup = self.dedup
+        if dedup is not None:
+            if dedup.may_be_duplicate(producer.name, sequence_id):
+                highest_sequence_id = exact_batch_highest_sequence_id(entry, highest_sequence_id)
+            verdict = dedup.check(producer.name, sequence_id, highest_sequence_id)
             if verdict is DedupResult.DUP:
-                self.stats.duplicates += 1
                 future.set_result(None)
                 return future
             if verdict is DedupResult.UNKNOWN:
-                self.stats.unknown_dups += 1
                 raise PersistenceError(
                     "Cannot determine whether the message is a duplicate at this time"
                 )
-        position = self.ledger.append(entry)
         self.stats.msg_in += 1
         self.stats.bytes_in += len(entry)
-        self._unflushed.append(_Unflushed(position, future, producer_name, highest_sequence_id))
+        self._staged.append(_PendingWrite(producer, entry, highest_sequence_id, future))
         self._dirty.set()
         return future
 
     async def _flush_loop(self) -> None:
+        """Group commit: append what is staged, flush it in a thread, complete or fail it."""
         while True:
             await self._dirty.wait()
             self._dirty.clear()
@@ -204,46 +282,52 @@ class Topic:
             if wait > 0 and not self._closed:
                 # Let more appends join this group commit (BookKeeper journalMaxGroupWaitMSec).
                 await asyncio.sleep(wait)
-            if not self._unflushed:
+            if not self._staged:
                 if self._closed:
                     return
                 continue
+            group, self._staged = self._staged, []
+            self._flushing = group
             try:
-                durable = await asyncio.to_thread(self.ledger.flush)
-            except OSError as exc:
-                self._fail_unflushed(exc)
+                for write in group:
+                    write.position = self.ledger.append(write.entry)
+                await asyncio.to_thread(self.ledger.flush)
+            except (OSError, StorageError, ValueError) as exc:
+                self._fail_writes(exc)
                 continue
+            finally:
+                self._flushing = []
             self.stats.flushes += 1
-            self._complete_up_to(durable)
-            if self._unflushed:
+            self._complete(group)
+            if self._staged:
                 self._dirty.set()
 
-    def _complete_up_to(self, durable: Position | None) -> None:
-        if durable is None:
-            return
-        done = 0
-        for item in self._unflushed:
-            if item.position > durable:
-                break
-            done += 1
-            if self.dedup is not None:
-                self.dedup.on_persisted(item.producer_name, item.highest_sequence_id, item.position)
-            if not item.future.done():
-                item.future.set_result(item.position)
-        del self._unflushed[:done]
-        if done:
-            for sub in self.subscriptions.values():
-                sub.schedule_dispatch()
-            self._maybe_snapshot_dedup()
+    def _complete(self, group: list[_PendingWrite]) -> None:
+        """Every entry of ``group`` is durable: move the marks, answer, wake the readers."""
+        dedup = self.dedup
+        for write in group:
+            position = write.position
+            assert position is not None
+            if dedup is not None:
+                dedup.on_persisted(write.producer.name, write.highest_sequence_id, position)
+            if not write.future.done():
+                write.future.set_result(position)
+        for sub in self.subscriptions.values():
+            sub.schedule_dispatch()
+        if dedup is not None and dedup.snapshot_due_by_entries():
+            self._take_dedup_snapshot()
 
-    def _fail_unflushed(self, exc: OSError) -> None:
-        """A write or fsync failed: nothing pending is durable, the ledger dropped it."""
+    def _fail_writes(self, exc: BaseException) -> None:
+        """A write or fsync failed: fail the group and all staged behind it (module docstring)."""
         self.stats.persistence_errors += 1
         log.error("%s: ledger flush failed: %s", self.name.full_name, exc)
-        failed, self._unflushed = self._unflushed, []
-        for item in failed:
-            if not item.future.done():
-                item.future.set_exception(PersistenceError(f"Failed to persist entry: {exc}"))
+        failed = self._flushing + self._staged
+        self._flushing, self._staged = [], []
+        error = PersistenceError(f"Failed to persist entry: {exc}")
+        for write in failed:
+            self._failed_producers.add(write.producer)
+            if not write.future.done():
+                write.future.set_exception(error)
         if self.dedup is not None:
             self.dedup.on_write_failed()
 
@@ -259,13 +343,14 @@ class Topic:
         return ready
 
     async def remove_producer(self, producer: Producer) -> None:
+        self._failed_producers.discard(producer)
         if producer not in self.producers.producers and not self.producers.access.is_waiting(
             producer
         ):
             return
         await self.producers.remove(producer)
         if self.dedup is not None:
-            self.dedup.producer_disconnected(producer.name, time.monotonic())
+            self.dedup.producer_disconnected(producer.name, self._clock())
 
     def last_sequence_id(self, producer_name: str) -> int:
         """PRODUCER_SUCCESS.last_sequence_id: -1 without dedup or history (as Java)."""
@@ -275,35 +360,69 @@ class Topic:
 
     # ------------------------------------------------------------------ dedup snapshots
 
-    def _maybe_snapshot_dedup(self) -> None:
+    def _take_dedup_snapshot(self) -> None:
+        """Mark-delete the dedup cursor at the last persisted entry, with the persisted marks as
+        its properties. In memory here; the housekeeping task (or close) persists the cursor,
+        and until then the previous snapshot plus a longer replay rebuilds the same state."""
         dedup = self.dedup
-        if dedup is None or not dedup.should_snapshot(time.monotonic()):
-            return
+        assert dedup is not None
         position = dedup.last_persisted_position
         if position is None:
             return
         snapshot = dedup.snapshot()
-        cursor = self.ledger.open_cursor(DEDUP_CURSOR)
-        cursor.mark_delete(position, properties=snapshot)
-        dedup.on_snapshot_taken(position, time.monotonic())
-        self.stats.last_snapshot_time = time.time()
+        self.ledger.open_cursor(DEDUP_CURSOR).mark_delete(position, properties=snapshot)
+        dedup.on_snapshot_taken(position, self._clock())
+        self._last_snapshot_wall_time = time.time()
 
-    def set_dedup_enabled(self, enabled: bool) -> None:
-        """Apply a policy change: disabling clears the state and deletes the dedup cursor."""
+    def _maybe_snapshot_dedup_by_time(self) -> None:
+        """Java's periodic snapshot task, run every brokerDeduplicationSnapshotFrequencyInSeconds
+        (0 disables it): snapshot if entries were persisted and the interval has passed."""
+        frequency = self.config.broker_deduplication_snapshot_frequency_in_seconds
+        if frequency <= 0:
+            return
+        now = self._clock()
+        if now - self._last_snapshot_check < frequency:
+            return
+        self._last_snapshot_check = now
+        if self.dedup is not None and self.dedup.should_snapshot(now):
+            self._take_dedup_snapshot()
+
+    def _maybe_purge_inactive_producers(self) -> None:
+        now = self._clock()
+        if self.dedup is None or now - self._last_purge_check < _PURGE_CHECK_INTERVAL_S:
+            return
+        self._last_purge_check = now
+        timeout = self.config.broker_deduplication_producer_inactivity_timeout_minutes * 60.0
+        purged = self.dedup.purge_inactive(now, timeout)
+        if purged:
+            log.info("%s: forgot %d inactive producer(s)", self.name.full_name, len(purged))
+
+    async def set_dedup_enabled(self, enabled: bool) -> None:
+        """Apply a policy change (T2/T3).
+
+        Disabling forgets every mark and deletes the dedup cursor. Enabling starts tracking
+        afresh: the cursor is created (and persisted) at the end of the log, so the next load
+        replays only what is written from now on, and names seen before are unknown again.
+        """
         if enabled and self.dedup is None:
             dedup: MessageDeduplication[Position] = MessageDeduplication(
                 dedup_config_from(self.config)
             )
+            for producer in self.producers.producers:
+                dedup.producer_connected(producer.name)
+            async with self._cursor_io:
+                if DEDUP_CURSOR in self.ledger.cursors:  # left over; never reuse its snapshot
+                    self.ledger.delete_cursor(DEDUP_CURSOR)
+                self.ledger.open_cursor(DEDUP_CURSOR, InitialPosition.LATEST)
             self.dedup = dedup
-            # Tracking starts afresh from here: nothing before now is replayed on the next load.
-            cursor = self.ledger.open_cursor(DEDUP_CURSOR, InitialPosition.LATEST)
-            cursor.mark_delete(self.last_confirmed_position(), properties={})
-            cursor.persist()
+            self._last_snapshot_wall_time = None
         elif not enabled and self.dedup is not None:
             self.dedup.clear()
             self.dedup = None
-            if DEDUP_CURSOR in self.ledger.cursors:
-                self.ledger.delete_cursor(DEDUP_CURSOR)
+            self._last_snapshot_wall_time = None
+            async with self._cursor_io:
+                if DEDUP_CURSOR in self.ledger.cursors:
+                    self.ledger.delete_cursor(DEDUP_CURSOR)
 
     # ------------------------------------------------------------------ reads
 
@@ -430,17 +549,17 @@ class Topic:
 
     async def _housekeeping_loop(self) -> None:
         """Cursor persistence, time-based dedup snapshots, inactive-producer purge, trimming."""
-        frequency = max(
-            0.05, min(1.0, self.config.managed_ledger_cursor_persist_interval_ms / 1000)
-        )
+        tick = max(0.05, min(1.0, self.config.managed_ledger_cursor_persist_interval_ms / 1000))
+        frequency = self.config.broker_deduplication_snapshot_frequency_in_seconds
+        if frequency > 0:
+            tick = min(tick, float(frequency))
         while not self._closed:
-            await asyncio.sleep(frequency)
+            await asyncio.sleep(tick)
             try:
-                await asyncio.to_thread(self._persist_cursors, time.monotonic())
-                self._maybe_snapshot_dedup()
-                if self.dedup is not None:
-                    timeout = self.config.broker_deduplication_producer_inactivity_timeout_minutes
-                    self.dedup.purge_inactive(time.monotonic(), timeout * 60.0)
+                self._maybe_snapshot_dedup_by_time()
+                self._maybe_purge_inactive_producers()
+                async with self._cursor_io:
+                    await asyncio.to_thread(self._persist_cursors, time.monotonic())
                 await asyncio.to_thread(self.ledger.trim)
             except Exception:
                 log.exception("%s: housekeeping failed", self.name.full_name)
@@ -450,7 +569,7 @@ class Topic:
             cursor.maybe_persist(now)
 
     async def close(self) -> None:
-        """Flush what is pending, persist cursors and close the ledger (graceful unload)."""
+        """Flush what is pending, snapshot dedup, persist cursors, close the ledger (unload)."""
         if self._closed:
             return
         self._closed = True
@@ -462,21 +581,24 @@ class Topic:
             await self._housekeeper
         for sub in self.subscriptions.values():
             sub.close()
-        if self.dedup is not None and self.dedup.last_persisted_position is not None:
-            with contextlib.suppress(Exception):
-                self._maybe_snapshot_dedup_forced()
-        await asyncio.to_thread(self.ledger.close)
-
-    def _maybe_snapshot_dedup_forced(self) -> None:
         dedup = self.dedup
-        if dedup is None or dedup.entries_since_snapshot == 0:
-            return
-        position = dedup.last_persisted_position
-        if position is None:
-            return
-        cursor = self.ledger.open_cursor(DEDUP_CURSOR)
-        cursor.mark_delete(position, properties=dedup.snapshot())
-        dedup.on_snapshot_taken(position, time.monotonic())
+        if dedup is not None and dedup.entries_since_snapshot > 0:
+            # A clean unload leaves nothing to replay on the next load.
+            with contextlib.suppress(Exception):
+                self._take_dedup_snapshot()
+        async with self._cursor_io:
+            await asyncio.to_thread(self.ledger.close)
+
+    async def abandon(self) -> None:
+        """Test hook: stop as if the process died (kill -9). Nothing is flushed, snapshotted or
+        persisted; a flush already running in its thread completes, as it would on disk, but
+        nobody is answered. Reopen the directory to recover."""
+        self._closed = True
+        for task in (self._flusher, self._housekeeper):
+            task.cancel()
+        await asyncio.gather(self._flusher, self._housekeeper, return_exceptions=True)
+        # Subscriptions are left as they are: closing them would persist their cursors.
+        await asyncio.to_thread(self.ledger._abandon)
 
     def stats_snapshot(self) -> dict[str, Any]:
         last = self.last_confirmed_position()
@@ -487,17 +609,40 @@ class Topic:
             "producerAccess": self.producers.stats(),
             "lastConfirmedEntry": f"{last[0]}:{last[1]}",
             "subscriptions": {n: s.describe() for n, s in self.subscriptions.items()},
-            "deduplication": self._dedup_stats(),
+            "deduplication": self.dedup_stats(),
         }
 
-    def _dedup_stats(self) -> dict[str, Any]:
+    def dedup_stats(self) -> dict[str, Any]:
+        """The ``deduplication`` section of the topic stats (JSON-ready, camelCase keys)."""
         if self.dedup is None:
             return {"enabled": False}
-        stats = dict(self.dedup.stats())
-        stats.update(
-            enabled=True,
-            duplicatesDropped=self.stats.duplicates,
-            unknownAnswers=self.stats.unknown_dups,
-            lastSnapshotTime=self.stats.last_snapshot_time,
-        )
-        return stats
+        raw = self.dedup.stats()
+        snapshot_position = raw["last_snapshot_position"]
+        persisted_position = raw["last_persisted_position"]
+        return {
+            "enabled": True,
+            "state": raw["state"],
+            "trackedProducers": raw["tracked_producers"],
+            "connectedProducers": raw["connected_producers"],
+            "inactiveProducers": raw["inactive_producers"],
+            "accepted": raw["accepted"],
+            "duplicatesDropped": raw["duplicates_dropped"],
+            "unknownAnswers": raw["unknown_answers"],
+            "straddlingBatchesStored": raw["straddling_batches"],
+            "writeFailures": raw["write_failures"],
+            "purgedProducers": raw["purged_producers"],
+            "replayedEntries": raw["replayed_entries"],
+            "recoverySeconds": raw["recovery_seconds"],
+            "entriesSinceSnapshot": raw["entries_since_snapshot"],
+            "lastPersistedPosition": _position_text(persisted_position),
+            "lastSnapshotPosition": _position_text(snapshot_position),
+            # Wall-clock seconds since the epoch of the last snapshot taken by this load.
+            "lastSnapshotTime": self._last_snapshot_wall_time,
+        }
+
+
+def _position_text(position: object) -> str | None:
+    """``"ledger:entry"`` as Pulsar prints positions, None when there is none."""
+    if isinstance(position, Position):
+        return f"{position.ledger_id}:{position.entry_id}"
+    return None

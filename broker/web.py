@@ -110,7 +110,7 @@ async def set_namespace_dedup(request: web.Request) -> web.Response:
     enabled = await _read_bool(request)
     service = _service(request)
     service.policies.set_namespace_dedup(namespace, enabled)
-    _apply_dedup_policies(service, namespace)
+    await _apply_dedup_policies(service, namespace)
     return web.Response(status=204)
 
 
@@ -118,7 +118,7 @@ async def remove_namespace_dedup(request: web.Request) -> web.Response:
     namespace = _namespace(request)
     service = _service(request)
     service.policies.set_namespace_dedup(namespace, None)
-    _apply_dedup_policies(service, namespace)
+    await _apply_dedup_policies(service, namespace)
     return web.Response(status=204)
 
 
@@ -132,7 +132,7 @@ async def set_topic_dedup(request: web.Request) -> web.Response:
     enabled = await _read_bool(request)
     service = _service(request)
     service.policies.set_topic_dedup(topic.full_name, enabled)
-    _apply_dedup_policies(service, topic.namespace_name)
+    await _apply_dedup_policies(service, topic.namespace_name)
     return web.Response(status=204)
 
 
@@ -140,15 +140,15 @@ async def remove_topic_dedup(request: web.Request) -> web.Response:
     topic = _topic(request)
     service = _service(request)
     service.policies.set_topic_dedup(topic.full_name, None)
-    _apply_dedup_policies(service, topic.namespace_name)
+    await _apply_dedup_policies(service, topic.namespace_name)
     return web.Response(status=204)
 
 
-def _apply_dedup_policies(service: BrokerService, namespace: str) -> None:
+async def _apply_dedup_policies(service: BrokerService, namespace: str) -> None:
     """Re-resolve the effective dedup flag of every loaded topic of ``namespace``."""
     for topic in list(service.topics.values()):
         if topic.name.namespace_name == namespace:
-            topic.set_dedup_enabled(service.dedup_enabled_for(topic.name))
+            await topic.set_dedup_enabled(service.dedup_enabled_for(topic.name))
 
 
 async def topic_stats(request: web.Request) -> web.Response:

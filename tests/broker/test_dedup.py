@@ -184,12 +184,16 @@ def test_c4_high_water_mark_drops_unseen_ids_below_it(
 @pytest.mark.parametrize(
     ("persisted", "pushed", "batch", "expected"),
     [
-        # first id at or below the persisted mark: a duplicate as a whole (Java's rule),
-        # even though 6..8 were never stored.
-        (5, 5, (4, 8), DUP),
-        (5, 5, (5, 8), DUP),
-        (3, 5, (3, 8), DUP),
-        # first id between persisted and pushed: overlaps a write in flight.
+        # the whole range at or below the persisted mark: a duplicate.
+        (5, 5, (3, 5), DUP),
+        (5, 5, (5, 5), DUP),
+        (3, 5, (2, 3), DUP),  # even while later ids are in flight
+        # straddling the persisted mark, nothing in flight: stored whole (R8, Pulsar #6273);
+        # Java would answer DUP and lose 6..8.
+        (5, 5, (4, 8), NOT_DUP),
+        (5, 5, (5, 8), NOT_DUP),
+        # overlapping ids still in flight: the broker cannot tell yet.
+        (3, 5, (3, 8), UNKNOWN),
         (3, 5, (4, 8), UNKNOWN),
         (3, 5, (5, 5), UNKNOWN),
         # first id above the pushed mark: new, whatever the range.
@@ -198,7 +202,7 @@ def test_c4_high_water_mark_drops_unseen_ids_below_it(
         (5, 5, (9, 12), NOT_DUP),  # a gap
     ],
 )
-def test_r8_batch_overlapping_the_marks_is_judged_by_its_first_id(
+def test_r8_batch_against_the_marks(
     dedup: MessageDeduplication[tuple[int, int]],
     persisted: int,
     pushed: int,
@@ -213,6 +217,27 @@ def test_r8_batch_overlapping_the_marks_is_judged_by_its_first_id(
 
     assert dedup.check("p1", *batch) is expected
     assert dedup.highest_pushed["p1"] == (batch[1] if expected is NOT_DUP else pushed)
+
+
+def test_r8_straddling_batches_are_counted(
+    dedup: MessageDeduplication[tuple[int, int]], log: FakeLog
+) -> None:
+    publish(dedup, log, "p1", 0, 5)
+    assert publish(dedup, log, "p1", 4, 8) is NOT_DUP
+    assert publish(dedup, log, "p1", 9, 9) is NOT_DUP
+    assert dedup.stats()["straddling_batches"] == 1
+    assert dedup.last_sequence_id("p1") == 9
+
+
+def test_may_be_duplicate_is_the_first_id_against_pushed(
+    dedup: MessageDeduplication[tuple[int, int]],
+) -> None:
+    assert not dedup.may_be_duplicate("p1", 0)
+    dedup.check("p1", 0, 3)
+    assert dedup.may_be_duplicate("p1", 3)
+    assert dedup.may_be_duplicate("p1", 0)
+    assert not dedup.may_be_duplicate("p1", 4)
+    assert not dedup.may_be_duplicate("p2", 0)
 
 
 @pytest.mark.parametrize(
@@ -294,8 +319,23 @@ def test_snapshot_after_entries_interval(log: FakeLog) -> None:
         publish(dedup, log, "p1", seq)
     assert dedup.entries_since_snapshot == 999
     assert not dedup.should_snapshot(now)
+    assert not dedup.snapshot_due_by_entries()
     publish(dedup, log, "p1", 1998)
     assert dedup.should_snapshot(now)  # 1000 entries, no time passed
+    assert dedup.snapshot_due_by_entries()
+
+
+def test_snapshot_due_by_entries_ignores_time(log: FakeLog) -> None:
+    """The group-commit path asks only this: the time-based snapshot belongs to the periodic
+    task, which brokerDeduplicationSnapshotFrequencyInSeconds=0 disables (T1)."""
+    dedup: MessageDeduplication[tuple[int, int]] = MessageDeduplication(
+        DedupConfig(entries_interval=10, snapshot_interval_s=1)
+    )
+    assert not dedup.snapshot_due_by_entries()
+    for seq in range(9):
+        publish(dedup, log, "p1", seq)
+    assert dedup.should_snapshot(now=100.0)
+    assert not dedup.snapshot_due_by_entries()
 
 
 def test_time_based_snapshot_only_when_something_changed(
@@ -519,8 +559,11 @@ def test_t2_clear_forgets_everything_and_restarts_tracking(
         "accepted": 0,
         "duplicates_dropped": 0,
         "unknown_answers": 0,
+        "straddling_batches": 0,
+        "write_failures": 0,
         "purged_producers": 0,
         "replayed_entries": 0,
+        "recovery_seconds": None,
         "entries_since_snapshot": 0,
         "last_persisted_position": None,
         "last_snapshot_position": None,
@@ -550,6 +593,14 @@ def test_stats_count_verdicts(dedup: MessageDeduplication[tuple[int, int]]) -> N
     assert stats["connected_producers"] == 1
     assert stats["entries_since_snapshot"] == 1
     assert stats["last_persisted_position"] == (1, 0)
+    dedup.on_write_failed()
+    assert dedup.stats()["write_failures"] == 1
+
+
+def test_recovery_reports_its_duration() -> None:
+    dedup: MessageDeduplication[tuple[int, int]] = MessageDeduplication.begin_recovery({})
+    dedup.finish_recovery(now=0.0, elapsed_s=0.25)
+    assert dedup.stats()["recovery_seconds"] == 0.25
 
 
 @pytest.mark.parametrize(
@@ -623,22 +674,27 @@ class World:
         return [(name, seq, high) for name, seq, high, pos in self.log if pos > start]
 
 
-def _check_verdict(world: World, name: str, seq: int, result: DedupResult) -> None:
+def _check_verdict(world: World, name: str, seq: int, high: int, result: DedupResult) -> None:
     stored = world.stored_mark(name)
     flying = world.in_flight_mark(name)
     if result is NOT_DUP:
-        # Safety: nothing accepted twice. The id is above everything stored or in flight.
-        assert stored is None or seq > stored
-        assert flying is None or seq > flying
+        if stored is not None and seq <= stored:
+            # A batch straddling the durable mark (R8): stored whole because part of it is
+            # new, and only when nothing of this name is in flight.
+            assert high > stored
+            assert flying is None or flying <= stored
+        else:
+            # Otherwise nothing is accepted twice: the id is above everything in flight.
+            assert flying is None or seq > flying
     elif result is DUP:
         # Only ids really covered by the durable log are answered as duplicates.
         assert stored is not None
-        assert seq <= stored
+        assert high <= stored
     else:
-        # UNKNOWN only while a write that might cover the id is pending.
+        # UNKNOWN only while a write that might cover the ids is pending.
         assert flying is not None
-        assert seq <= flying
-        assert stored is None or seq > stored
+        assert seq <= max(flying, stored if stored is not None else flying)
+        assert stored is None or high > stored
 
 
 CONFIG = DedupConfig(entries_interval=4)
@@ -648,7 +704,7 @@ def _apply(dedup: MessageDeduplication[int], world: World, op: Op) -> MessageDed
     if op.kind == "send":
         high = op.seq + op.count - 1
         result = dedup.check(op.name, op.seq, high)
-        _check_verdict(world, op.name, op.seq, result)
+        _check_verdict(world, op.name, op.seq, high, result)
         if result is NOT_DUP:
             world.in_flight.append((op.name, op.seq, high))
     elif op.kind == "persist" and world.in_flight:
