@@ -101,6 +101,9 @@ class ServerConnection(asyncio.Protocol):
         self._connected = False
         self._closing = False
         self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._write_high_water = self._config.connection_write_buffer_high_water_mark_bytes
+        self._dispatch_deferred = False
         self._flush_scheduled = False
         self._writable = True
         self._reading_paused = False
@@ -111,6 +114,7 @@ class ServerConnection(asyncio.Protocol):
         self._frame_seen = True
         self._alive_waiters: list[asyncio.Future[None]] = []
         self._timers: list[asyncio.TimerHandle] = []
+        self._closed = asyncio.Event()
         self.client_version = ""
         self.created_at = time.time()
 
@@ -149,6 +153,7 @@ class ServerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        self._closed.set()
         self._service.connections.discard(self)
         for timer in self._timers:
             timer.cancel()
@@ -173,6 +178,9 @@ class ServerConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._writable = True
+        self._reschedule_dispatch()
+
+    def _reschedule_dispatch(self) -> None:
         for state in self._consumers.values():
             state.subscription.schedule_dispatch()
 
@@ -182,6 +190,7 @@ class ServerConnection(asyncio.Protocol):
         if self._closing:
             return
         self._out.append(frame)
+        self._out_bytes += len(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush_out)
@@ -193,7 +202,13 @@ class ServerConnection(asyncio.Protocol):
             return
         data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
         self._out.clear()
+        self._out_bytes = 0
         self._transport.write(data)
+        if self._dispatch_deferred and self._writable:
+            # Dispatch stopped because this turn's output was already large; go on now that
+            # it is in the transport (which calls pause_writing if it is above the mark).
+            self._dispatch_deferred = False
+            self._reschedule_dispatch()
 
     def close(self) -> None:
         """Close the connection (after writing what is queued)."""
@@ -202,6 +217,9 @@ class ServerConnection(asyncio.Protocol):
         self._flush_out()
         self._closing = True
         self._transport.close()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
 
     def abort(self) -> None:
         if self._transport is not None:
@@ -794,7 +812,14 @@ class ServerConnection(asyncio.Protocol):
         )
 
     def is_writable(self) -> bool:
-        return self._writable and not self._closing
+        """Back-pressure toward slow consumers: the transport's buffer is below its high-water
+        mark (pause_writing/resume_writing) and so is what this turn queued but not written."""
+        if not self._writable or self._closing:
+            return False
+        if self._out_bytes >= self._write_high_water:
+            self._dispatch_deferred = True
+            return False
+        return True
 
     def close_consumer(self, consumer_id: int) -> None:
         # Forget the id first: the client re-subscribes with the same id after CLOSE_CONSUMER.

@@ -225,6 +225,14 @@ class Broker:
             log.error("shutdown: topics did not close within %.1f s", timeout)
         for connection in list(service.connections):
             connection.close()
+        # A peer that stopped reading keeps its socket open with unsent data: abort it.
+        pending = [asyncio.ensure_future(c.wait_closed()) for c in service.connections]
+        if pending:
+            _, still_open = await asyncio.wait(pending, timeout=1.0)
+            for waiter in still_open:
+                waiter.cancel()
+        for connection in list(service.connections):
+            connection.abort()
         if self._server is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._server.wait_closed(), timeout=1.0)

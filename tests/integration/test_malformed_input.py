@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pulsar
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from protocol import FrameDecoder, commands, encode_command, pb
 from protocol.errors import ServerError
 from protocol.metadata import encode_entry
-from tests.helpers import BrokerThread
+from tests.helpers import BrokerThread, broker_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 T = pb.BaseCommand.Type
@@ -196,10 +197,6 @@ def test_bad_checksum_gets_checksum_error_and_keeps_connection(
 
 
 def test_handshake_deadline_closes_silent_connection(tmp_path: object) -> None:
-    from pathlib import Path
-
-    from tests.helpers import broker_config
-
     assert isinstance(tmp_path, Path)
     running = BrokerThread(
         broker_config(tmp_path / "data", connection_handshake_timeout_seconds=1)
@@ -211,4 +208,54 @@ def test_handshake_deadline_closes_silent_connection(tmp_path: object) -> None:
         assert closed_by_peer(sock, timeout=5)
         assert time.monotonic() - started >= 0.9
     finally:
+        running.stop()
+
+
+def test_slow_consumer_back_pressure_bounds_the_write_buffer(tmp_path: Path) -> None:
+    """A consumer that never reads: dispatch stops at the write high-water mark."""
+    high = 256 * 1024
+    running = BrokerThread(
+        broker_config(
+            tmp_path / "data",
+            connection_write_buffer_high_water_mark_bytes=high,
+            connection_write_buffer_low_water_mark_bytes=high // 4,
+        )
+    ).start()
+    client = pulsar.Client(running.url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        topic = f"persistent://public/default/slow-{uuid.uuid4().hex[:8]}"
+        sock = raw_connect(running)
+        handshake(sock)
+        sock.sendall(commands.subscribe(topic, "slow", 1, 1, sub_type=pb.CommandSubscribe.Shared))
+        read_frames(sock, lambda f: any(x.type == T.SUCCESS for x in f))
+        sock.sendall(commands.flow(1, 1_000_000))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
+        payload = b"x" * 10_000
+        for _ in range(2000):  # 20 MB, far more than socket buffers and the high-water mark
+            producer.send_async(payload, None)
+        producer.flush()
+
+        async def dispatched() -> int:
+            assert running.broker is not None
+            assert running.broker.service is not None
+            topic_obj = running.broker.service.topics[topic]
+            return topic_obj.subscriptions["slow"].stats.msg_out
+
+        async def largest_buffer() -> int:
+            assert running.broker is not None
+            assert running.broker.service is not None
+            sizes = [
+                c._transport.get_write_buffer_size()
+                for c in running.broker.service.connections
+                if c._transport is not None
+            ]
+            return max(sizes)
+
+        time.sleep(0.5)
+        assert running.call(dispatched) > 0
+        # One dispatch round may overshoot the mark by at most a read batch of entries.
+        assert running.call(largest_buffer) <= high + 100 * len(payload) + 65536
+    finally:
+        client.close()
         running.stop()

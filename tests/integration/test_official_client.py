@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pulsar
 import pytest
 
-from tests.helpers import BrokerThread
+from tests.helpers import BrokerThread, broker_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
@@ -455,3 +456,55 @@ def test_schema_is_stored_and_served(client: pulsar.Client) -> None:
     # GET_SCHEMA through the C++ core (what AvroSchema's decoder calls).
     info = client._client.get_schema_info(topic, 0)
     assert info.schema_type() == pulsar.schema.StringSchema().schema_info().schema_type()
+
+
+def test_null_value_message_passes_through(client: pulsar.Client) -> None:
+    topic = topic_name()
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(None, partition_key="deleted-key")
+    msg = consumer.receive(5000)
+    assert msg.has_null_value()
+    assert msg.partition_key() == "deleted-key"
+
+
+# --------------------------------------------------------------------------- broker settings
+
+
+def test_auto_topic_creation_disabled(tmp_path: Path) -> None:
+    running = BrokerThread(
+        broker_config(tmp_path / "data", allow_auto_topic_creation=False)
+    ).start()
+    c = pulsar.Client(running.url, operation_timeout_seconds=5)
+    try:
+        with pytest.raises(pulsar.TopicNotFound):
+            c.create_producer(topic_name())
+    finally:
+        c.close()
+        running.stop()
+
+
+def test_keepalive_closes_silent_peer_but_not_a_live_client(tmp_path: Path) -> None:
+    import socket
+
+    from protocol import commands
+
+    running = BrokerThread(broker_config(tmp_path / "data", keep_alive_interval_seconds=1)).start()
+    live = pulsar.Client(running.url)  # answers our PINGs (its own interval is 30 s)
+    try:
+        producer = live.create_producer(topic_name())
+        with socket.create_connection(("127.0.0.1", running.port), timeout=5) as silent:
+            silent.sendall(commands.connect("silent", protocol_version=20))
+            silent.settimeout(5)
+            closed = False
+            started = time.monotonic()
+            while time.monotonic() - started < 5:
+                if not silent.recv(65536):  # PINGs arrive, we never answer
+                    closed = True
+                    break
+            assert closed
+            assert time.monotonic() - started >= 1.0
+        producer.send(b"still connected after several keep-alive rounds")
+    finally:
+        live.close()
+        running.stop()
