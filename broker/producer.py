@@ -1,9 +1,27 @@
 """Producers of a topic: admission under PIP-68 access modes, and fencing.
 
-``ProducerAccess`` (pure) decides; this module carries the decisions out: it persists the topic
-epoch in the ledger properties **before** PRODUCER_SUCCESS carries it, closes fenced producers,
-fails fenced waiters, promotes WaitForExclusive waiters with a second PRODUCER_SUCCESS, and pings an
-old connection before evicting a same-name producer (Java ``checkConnectionLiveness``).
+``ProducerAccess`` (pure) decides; ``ProducerRegistry`` carries the decisions out:
+
+* it closes fenced producers (CLOSE_PRODUCER) and fails fenced waiters as soon as the decision is
+  taken: the state machine has already stopped them at the data path (``may_publish``);
+* before an exclusive producer is told it holds the topic (PRODUCER_SUCCESS, or the second
+  PRODUCER_SUCCESS of a promoted WaitForExclusive waiter) it waits until every entry appended by
+  earlier writers is durable, then makes the topic epoch durable in the ledger properties;
+* it pings an old connection before evicting a same-name producer (Java
+  ``checkConnectionLiveness``).
+
+Invariants
+    * Epoch before grant: no client is ever told a topic epoch that is not on disk, so after a
+      crash the stored epoch is at least every epoch a producer holds (issue #6, item 2).
+    * The stored epoch never decreases: writes are serialized and a write never lowers it, even
+      when two grants persist concurrently.
+    * Complete prefix: when a new holder is told it holds the topic, everything an earlier writer
+      managed to append is durable, so a reader it starts sees the whole log its predecessors
+      left (the PIP-68 "rebuild state, then write" pattern depends on this).
+    * A producer that lost the topic while its grant was being persisted is never told it holds
+      the topic: it gets ProducerFenced instead.
+    * If a grant cannot be persisted, the producer is withdrawn (and the next waiter, if any, is
+      considered) and the request fails with PersistenceError, which the client retries.
 """
 
 from __future__ import annotations
@@ -13,7 +31,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from broker.errors import BrokerError, ProducerBusy, ProducerFenced
+from broker.errors import BrokerError, PersistenceError, ProducerBusy, ProducerFenced
 from broker.producer_access import (
     AccessMode,
     Admitted,
@@ -28,6 +46,14 @@ from broker.storage import Ledger
 log = logging.getLogger(__name__)
 
 TOPIC_EPOCH_PROPERTY = "pulsar.topic_epoch"
+
+# How long a grant waits for the previous writers' entries to become durable.  The group commit
+# normally takes milliseconds; this only bounds a stuck flush, after which the request fails with
+# PersistenceError (retryable) rather than hanging.
+PREVIOUS_WRITES_TIMEOUT_S = 10.0
+# The ledger has no completion hook the registry can await, so it polls the durable position;
+# one poll per millisecond, only while a grant is waiting for earlier writes.
+_DURABLE_POLL_S = 0.001
 
 
 class ProducerSink(Protocol):
@@ -65,22 +91,66 @@ class Producer:
 
 
 class ProducerRegistry:
-    """Admission and removal of the producers of one topic."""
+    """Admission and removal of the producers of one topic (see the module docstring)."""
 
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
         stored = ledger.properties.get(TOPIC_EPOCH_PROPERTY)
         self.access: ProducerAccess[Producer] = ProducerAccess(stored)
+        #: Admitted producers and queued waiters (the topic's "publishers").
         self.producers: set[Producer] = set()
+        self._durable_epoch = stored
+        self._persist_lock = asyncio.Lock()
+        self._promotions: set[asyncio.Task[None]] = set()
+
+    @property
+    def durable_epoch(self) -> int | None:
+        """The topic epoch stored in the ledger properties (None if never stored)."""
+        return self._durable_epoch
 
     def may_publish(self, producer: Producer) -> bool:
         return not producer.fenced and self.access.may_publish(producer)
 
+    # ------------------------------------------------------------------ admission
+
     async def add(self, producer: Producer, requested_epoch: int | None) -> bool:
         """Admit ``producer``; returns False if it was queued (WaitForExclusive, not ready).
 
-        Raises ProducerBusy / ProducerFenced as the access table says.
+        Raises ProducerBusy / ProducerFenced as the access table says, ProducerFenced if it lost
+        the topic before its grant was durable, PersistenceError if the grant could not be
+        persisted.
         """
+        decision = await self._decide(producer, requested_epoch)
+        if isinstance(decision, Rejected):
+            error = ProducerFenced if decision.code == "ProducerFenced" else ProducerBusy
+            raise error(decision.message)
+        if isinstance(decision, Queued):
+            return False
+        # Registered before any await, so that a removal racing with the grant (the client
+        # closes, the connection drops) finds it and undoes it.
+        self.producers.add(producer)
+        producer.topic_epoch = decision.topic_epoch
+        self._carry_out_fencing(decision)
+        if producer.mode is not AccessMode.Shared:
+            assert decision.topic_epoch is not None
+            try:
+                await self._make_grant_durable(decision.topic_epoch)
+            except BaseException as exc:
+                await self._withdraw(producer)
+                if isinstance(exc, (asyncio.CancelledError, BrokerError)):
+                    raise
+                raise PersistenceError(f"Failed to persist the topic epoch: {exc}") from exc
+        if not self.access.is_registered(producer):
+            # Fenced by a newer producer (or removed) while the grant was being persisted.
+            self.producers.discard(producer)
+            raise ProducerFenced("Producer was fenced")
+        producer.ready = True
+        return True
+
+    async def _decide(
+        self, producer: Producer, requested_epoch: int | None
+    ) -> Admitted[Producer] | Queued | Rejected:
+        """Ask the state machine, pinging an old same-name producer's connection if it asks."""
         confirmed: Producer | None = None
         while True:
             decision = self.access.request(
@@ -91,31 +161,21 @@ class ProducerRegistry:
                 requested_epoch,
                 confirmed_alive=confirmed,
             )
-            if isinstance(decision, CheckLiveness):
-                old = decision.existing
-                if await old.sink.check_alive():
-                    confirmed = old
-                else:
-                    log.info("evicting producer %s: its connection is dead", old.name)
-                    await self.remove(old, notify=True)
-                continue
-            break
-        if isinstance(decision, Rejected):
-            error = ProducerFenced if decision.code == "ProducerFenced" else ProducerBusy
-            raise error(decision.message)
-        if isinstance(decision, Queued):
-            return False
-        assert isinstance(decision, Admitted)
-        if decision.epoch_changed and decision.topic_epoch is not None:
-            await self._persist_epoch(decision.topic_epoch)
-        producer.topic_epoch = decision.topic_epoch
-        producer.ready = True
-        self.producers.add(producer)
+            if not isinstance(decision, CheckLiveness):
+                return decision
+            old = decision.existing
+            if await old.sink.check_alive():
+                confirmed = old
+            else:
+                log.info("evicting producer %s: its connection is dead", old.name)
+                await self.remove(old, notify=True)
+
+    def _carry_out_fencing(self, decision: Admitted[Producer]) -> None:
         for fenced in decision.fence:
             self._fence(fenced)
-        for waiter in decision.failed_waiters:
-            waiter.sink.producer_failed(waiter, ProducerFenced("Producer was fenced"))
-        return True
+        self._fail_waiters(decision.failed_waiters, "Producer was fenced")
+
+    # ------------------------------------------------------------------ removal
 
     async def remove(self, producer: Producer, *, notify: bool = False) -> None:
         """The producer closed or its connection dropped; promote a waiter if that frees it."""
@@ -130,41 +190,116 @@ class ProducerRegistry:
         self.producers.add(producer)
 
     async def increment_epoch(self) -> int:
+        """Admin bump of the topic epoch (X4): the holder is fenced at once."""
         bump = self.access.increment_epoch()
-        await self._persist_epoch(bump.topic_epoch)
         for fenced in bump.fence:
             self._fence(fenced)
-        for waiter in bump.failed_waiters:
-            waiter.sink.producer_failed(waiter, ProducerFenced("Topic epoch has already moved"))
+        self._fail_waiters(bump.failed_waiters, "Topic epoch has already moved")
+        await self._persist_epoch(bump.topic_epoch)
         if bump.promotion is not None:
             await self._promote(bump.promotion)
         return bump.topic_epoch
 
+    async def _withdraw(self, producer: Producer) -> None:
+        """Undo an admission whose grant failed; carry out the promotion that frees."""
+        self.producers.discard(producer)
+        promotion = self.access.remove(producer)
+        if promotion is not None:
+            await self._promote(promotion)
+
     def _fence(self, producer: Producer) -> None:
         producer.fenced = True
         self.producers.discard(producer)
-        self.access.remove(producer)
+        self.access.remove(producer)  # already out of the state machine: a no-op
         producer.sink.close_producer(producer)
 
+    def _fail_waiters(self, waiters: tuple[Producer, ...], message: str) -> None:
+        for waiter in waiters:
+            waiter.fenced = True
+            self.producers.discard(waiter)
+            waiter.sink.producer_failed(waiter, ProducerFenced(message))
+
     async def _promote(self, promotion: Promotion[Producer]) -> None:
-        if promotion.epoch_changed:
-            await self._persist_epoch(promotion.topic_epoch)
+        """Carry out a promotion in a task of its own, shielded from the caller.
+
+        The caller usually runs on the *old* holder's connection (its CLOSE_PRODUCER, its
+        connection loss), whose tasks are cancelled when that connection closes, typically right
+        after the client closed the producer.  Cancelling the promotion half-way would leave the
+        waiter registered as holder but never told, blocking the topic.
+        """
+        task = asyncio.ensure_future(self._carry_out_promotion(promotion))
+        self._promotions.add(task)
+        task.add_done_callback(self._promotions.discard)
+        await asyncio.shield(task)
+
+    async def _carry_out_promotion(self, promotion: Promotion[Producer]) -> None:
+        self._fail_waiters(promotion.failed_waiters, "Topic epoch has already moved")
         waiter = promotion.handle
         waiter.topic_epoch = promotion.topic_epoch
+        try:
+            await self._make_grant_durable(promotion.topic_epoch)
+        except Exception as exc:
+            log.error("promoting producer %s failed: %s", waiter.name, exc)
+            waiter.sink.producer_failed(
+                waiter, PersistenceError(f"Failed to persist the topic epoch: {exc}")
+            )
+            await self._withdraw(waiter)
+            return
+        if not self.access.is_registered(waiter):
+            return  # it left (or was fenced) while the grant was being persisted
         waiter.ready = True
         waiter.sink.producer_ready(waiter, promotion.topic_epoch)
-        for failed in promotion.failed_waiters:
-            failed.sink.producer_failed(failed, ProducerFenced("Topic epoch has already moved"))
+
+    # ------------------------------------------------------------------ durability
+
+    async def _make_grant_durable(self, epoch: int) -> None:
+        await self._previous_writes_durable()
+        await self._persist_epoch(epoch)
+
+    async def _previous_writes_durable(self) -> None:
+        """Wait until every entry appended so far is durable (or was dropped by a failed flush).
+
+        Called when an exclusive producer is granted the topic: earlier writers can no longer
+        append (the state machine stopped them), so this waits only for their last group commit.
+        """
+        target = self._ledger.last_position
+        if target is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + PREVIOUS_WRITES_TIMEOUT_S
+        while True:
+            durable = self._ledger.last_confirmed_position
+            if durable is not None and durable >= target:
+                return
+            appended = self._ledger.last_position
+            if appended is None or appended < target:
+                return  # a failed flush dropped them: they will never be stored
+            if loop.time() >= deadline:
+                raise PersistenceError("Earlier writes to the topic are not durable yet")
+            await asyncio.sleep(_DURABLE_POLL_S)
 
     async def _persist_epoch(self, epoch: int) -> None:
-        # Durable before any PRODUCER_SUCCESS carries it (atomic properties file + fsync).
-        await asyncio.to_thread(self._ledger.set_property, TOPIC_EPOCH_PROPERTY, epoch)
+        """Make ``epoch`` durable (atomic properties file + fsync) unless a higher one already is.
+
+        Serialized: two grants persisting at once must not let the lower epoch land last.
+        """
+        async with self._persist_lock:
+            if self._durable_epoch is not None and self._durable_epoch >= epoch:
+                return
+            await asyncio.to_thread(self._ledger.set_property, TOPIC_EPOCH_PROPERTY, epoch)
+            self._durable_epoch = epoch
+
+    # ------------------------------------------------------------------ stats
 
     def stats(self) -> dict[str, object]:
+        """The ``producerAccess`` section of the topic stats."""
         s = self.access.stats()
+        holder = self.access.holder
         return {
             "topicEpoch": s.topic_epoch,
+            "durableTopicEpoch": self._durable_epoch,
             "exclusiveHolder": s.holder,
+            "exclusiveHolderMode": holder.mode.name if holder is not None else None,
             "waitingProducers": list(s.waiters),
             "sharedProducers": s.shared_producers,
             "fencedProducers": s.fenced,
