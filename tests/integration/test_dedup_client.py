@@ -190,6 +190,7 @@ def test_c3_explicit_ids_resent_are_dropped_also_after_restart(
     try:
         consumer = client.subscribe(topic, "sub")
         producer = producer_of(client, topic, batching=batching)
+        # (The Python wrapper ignores sequence_id=0 as falsy; the automatic id is 0 anyway.)
         for seq in range(3):
             producer.send(f"m-{seq}".encode(), sequence_id=seq)
         for seq in (1, 2):
