@@ -1,4 +1,4 @@
-"""PIP-54 B1-B4 with ack receipts on: a raw-protocol consumer that puts a request id on every ACK.
+"""PIP-54 B1-B5 with ack receipts on: a raw-protocol consumer that puts a request id on every ACK.
 
 pulsar-client 3.13 does not expose the C++ ``AckReceiptEnabled`` option, so ``RawConsumer``
 speaks the binary protocol itself (``protocol.commands`` + ``FrameDecoder`` over a blocking
@@ -17,6 +17,7 @@ import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pulsar
 import pytest
@@ -25,7 +26,7 @@ from protocol import FrameDecoder, MessageId, commands, parse_entry_metadata, pb
 from protocol.enums import AckType, SubType
 from protocol.errors import ServerError
 from protocol.framing import Frame
-from tests.helpers import BrokerThread
+from tests.helpers import BrokerThread, broker_config
 from tests.integration.test_batch_index_ack import (
     batching_producer,
     entry_of,
@@ -63,6 +64,7 @@ class RawConsumer:
     """One consumer on its own connection; every request waits for its reply."""
 
     def __init__(self, port: int, topic: str, sub_type: SubType, name: str) -> None:
+        self.topic = topic
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.decoder = FrameDecoder()
         self.inbox: list[Frame] = []
@@ -342,3 +344,59 @@ def test_cumulative_ack_on_shared_gets_an_error_receipt(
         assert error[0] == ServerError.NotAllowedError
     finally:
         consumer.close()
+
+
+@pytest.fixture
+def flag_off_broker(tmp_path: Path) -> Iterator[BrokerThread]:
+    running = BrokerThread(
+        broker_config(tmp_path / "data", acknowledgment_at_batch_index_level_enabled=False)
+    ).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_b5_shared_with_receipts(flag_off_broker: BrokerThread) -> None:
+    """Flag off: partial acks are answered (no error) but acknowledge nothing; the batch comes
+    back whole, without an ack_set."""
+    client = make_client(flag_off_broker.url)
+    consumer = RawConsumer(flag_off_broker.port, new_topic(), SubType.Shared, "b5")
+    try:
+        consumer.flow(1000)
+        ids = publish(batching_producer(client, consumer.topic), range(100))
+        where = locations(ids)
+        first = consumer.drain()
+        for delivery in first:
+            even = [i for i in sorted(delivery.indexes) if where[(delivery.entry, i)] % 2 == 0]
+            consumer.ack_indexes(delivery, even)
+        consumer.redeliver()
+        again = consumer.drain()
+        assert values_of(again, where) == list(range(100))
+        assert all(not d.ack_set for d in again)
+    finally:
+        consumer.close()
+        client.close()
+
+
+def test_b5_exclusive_with_receipts(flag_off_broker: BrokerThread) -> None:
+    client = make_client(flag_off_broker.url)
+    topic = new_topic()
+    consumer = RawConsumer(flag_off_broker.port, topic, SubType.Exclusive, "b5x")
+    try:
+        consumer.flow(1000)
+        ids = publish(batching_producer(client, topic), range(100))
+        where = locations(ids)
+        consumer.drain()
+        size = sum(1 for mid in ids if entry_of(mid) == entry_of(ids[49]))
+        through = ids[49].batch_index()
+        words = words_for(size, set(range(through + 1, size)))
+        assert consumer.ack(entry_of(ids[49]), words, cumulative=True) is None
+        consumer.close()
+        consumer = RawConsumer(flag_off_broker.port, topic, SubType.Exclusive, "b5x-again")
+        consumer.flow(1000)
+        expected = [v for v in range(100) if entry_of(ids[v]) >= entry_of(ids[49])]
+        assert values_of(consumer.drain(), where) == expected
+    finally:
+        consumer.close()
+        client.close()
