@@ -147,9 +147,14 @@ class BrokerService:
         return name.full_name in self.topics or topic_directory(self.data_path, name).exists()
 
     async def unload_topic(self, name: TopicName) -> None:
-        topic = self.topics.pop(name.full_name, None)
-        if topic is not None:
-            await topic.close()
+        """Close a loaded topic. Holding its load lock keeps a reconnecting client from opening
+        the same ledger directory while the old instance is still closing."""
+        key = name.full_name
+        lock = self._load_locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            topic = self.topics.pop(key, None)
+            if topic is not None:
+                await topic.close()
 
     async def delete_topic(self, name: TopicName) -> None:
         await self.unload_topic(name)

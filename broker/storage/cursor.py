@@ -299,21 +299,27 @@ class Cursor:
     def snapshot(self) -> CursorState:
         """A consistent copy of the persistable state."""
         with self._lock:
-            return CursorState(
-                name=self.name,
-                mark_delete=self._md,
-                properties=dict(self._properties),
-                ranges=list(self._ranges),
-                batch={p: list(words) for p, words in sorted(self._batch.items())},
-            )
+            return self._snapshot_locked()
+
+    def _snapshot_locked(self) -> CursorState:
+        return CursorState(
+            name=self.name,
+            mark_delete=self._md,
+            properties=dict(self._properties),
+            ranges=list(self._ranges),
+            batch={p: list(words) for p, words in sorted(self._batch.items())},
+        )
 
     def persist(self) -> None:
         """Write the state atomically (no-op for a non-durable cursor). May run in a thread."""
         if self._store is None:
             return
         with self._persist_lock:
-            state = self.snapshot()
-            self._dirty = False
+            # Snapshot and clean flag together: an ack landing in between (the event loop acks
+            # while a worker thread persists) must leave the cursor dirty, or it is never saved.
+            with self._lock:
+                state = self._snapshot_locked()
+                self._dirty = False
             try:
                 self._store.save(state)
             except BaseException:
