@@ -100,6 +100,12 @@ class DedupState(enum.Enum):
     READY = "ready"
 
 
+# Module-level aliases: the hot path avoids an enum class attribute lookup per entry.
+_NOT_DUP = DedupResult.NOT_DUP
+_READY = DedupState.READY
+_BELOW_ANY_ID = NO_SEQUENCE_ID - 1
+
+
 class DedupStateError(RuntimeError):
     """An operation was called in a lifecycle state that does not allow it (a topic bug)."""
 
@@ -299,14 +305,14 @@ class MessageDeduplication(Generic[P]):
         * otherwise the batch straddles the persisted mark with nothing in flight: NOT_DUP,
           stored whole (see the module docstring, R8 / Pulsar #6273).
         """
-        if self._state is not DedupState.READY:
+        if self._state is not _READY:
             self._require(DedupState.READY, "check")
         high = highest_sequence_id if highest_sequence_id > sequence_id else sequence_id
         pushed = self._pushed.get(producer_name)
         if pushed is None or sequence_id > pushed:
             self._pushed[producer_name] = high
             self._accepted += 1
-            return DedupResult.NOT_DUP
+            return _NOT_DUP
         persisted = self._persisted.get(producer_name)
         if persisted is not None and high <= persisted:
             self._duplicates += 1
@@ -325,15 +331,17 @@ class MessageDeduplication(Generic[P]):
         Also lifts *pushed* if it is lower, keeping invariant 1 even if the topic reports a
         persist after a `on_write_failed` that did not cover this entry.
         """
-        self._require(DedupState.READY, "on_persisted")
+        if self._state is not _READY:
+            self._require(DedupState.READY, "on_persisted")
         persisted = self._persisted
         previous = persisted.pop(producer_name, None)
         if previous is None or previous < highest_sequence_id:
             persisted[producer_name] = highest_sequence_id
         else:
             persisted[producer_name] = previous
-        if self._pushed.get(producer_name, NO_SEQUENCE_ID - 1) < highest_sequence_id:
-            self._pushed[producer_name] = highest_sequence_id
+        pushed = self._pushed
+        if pushed.get(producer_name, _BELOW_ANY_ID) < highest_sequence_id:
+            pushed[producer_name] = highest_sequence_id
         self._last_persisted_position = position
         self._persisted_entries += 1
 
