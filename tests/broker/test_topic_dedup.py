@@ -27,6 +27,7 @@ from broker.dedup import DedupState
 from broker.errors import BrokerError, PersistenceError
 from broker.producer import Producer
 from broker.producer_access import AccessMode
+from broker.server import BrokerService
 from broker.storage import InitialPosition, Ledger, LedgerConfig, Position
 from broker.topic import (
     DEDUP_CURSOR,
@@ -384,6 +385,29 @@ async def test_d8_inactive_producers_are_purged_by_housekeeping(tmp_path: Path) 
         assert topic.dedup_stats()["purgedProducers"] == 1
     finally:
         await topic.close()
+
+
+async def test_concurrent_loads_recover_once(tmp_path: Path) -> None:
+    """Pulsar #25954: two lookups racing for an unloaded topic must not replay twice (two dedup
+    states, each accepting what the other stored). The broker loads a topic once per name."""
+    broker_config = replace(
+        config(), data_dir=str(tmp_path / "data"), broker_deduplication_entries_interval=1000
+    )
+    service = BrokerService(broker_config)
+    topic = await service.get_topic(TOPIC, create=True)
+    producer = await connect(topic, "p1")
+    for seq in range(5):
+        await publish(topic, producer, seq)
+    await topic.abandon()  # a crash: the next load replays the 5 entries
+    service.topics.clear()
+    loads = await asyncio.gather(*(service.get_topic(TOPIC, create=False) for _ in range(8)))
+    try:
+        assert all(loaded is loads[0] for loaded in loads)
+        assert loads[0].dedup is not None
+        assert loads[0].dedup.stats()["replayed_entries"] == 5
+        assert loads[0].last_sequence_id("p1") == 4
+    finally:
+        await service.close_topics()
 
 
 # --------------------------------------------------------------------------- enable / disable
