@@ -19,6 +19,7 @@ from that producer can be published"):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -67,6 +68,13 @@ def new_client(url: str) -> pulsar.Client:
     )
 
 
+def close_client(client: pulsar.Client) -> None:
+    """Close a client that may own a fenced producer: C++ 4.2.0 may then report AlreadyClosed for
+    that producer's close, which says nothing about the broker."""
+    with contextlib.suppress(pulsar.AlreadyClosed):
+        client.close()
+
+
 @pytest.fixture
 def direct(broker: BrokerThread) -> Iterator[pulsar.Client]:
     """A client that reaches the broker without the proxy: the new holder, readers."""
@@ -74,7 +82,7 @@ def direct(broker: BrokerThread) -> Iterator[pulsar.Client]:
     try:
         yield client
     finally:
-        client.close()
+        close_client(client)
 
 
 @pytest.fixture
@@ -84,7 +92,7 @@ def proxied(proxy: TcpProxy) -> Iterator[pulsar.Client]:
     try:
         yield client
     finally:
-        client.close()
+        close_client(client)
 
 
 def topic_name() -> str:

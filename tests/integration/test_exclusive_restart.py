@@ -15,6 +15,7 @@ Promises checked:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.request
 import uuid
@@ -43,6 +44,13 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         process.kill()
 
 
+def close_client(client: pulsar.Client) -> None:
+    """Close a client that may own a fenced producer: C++ 4.2.0 may then report AlreadyClosed for
+    that producer's close, which says nothing about the broker."""
+    with contextlib.suppress(pulsar.AlreadyClosed):
+        client.close()
+
+
 class Route:
     """One client behind its own proxy, which follows the broker to its new port."""
 
@@ -59,7 +67,7 @@ class Route:
         self.proxy.upstream = ("127.0.0.1", self.broker.port)
 
     def close(self) -> None:
-        self.client.close()
+        close_client(self.client)
         self.proxy.stop()
 
 
