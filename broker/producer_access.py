@@ -82,11 +82,13 @@ class Admitted(Generic[H]):
     """The producer is registered and may publish.
 
     When ``epoch_changed`` the caller must persist ``topic_epoch`` durably *before* sending
-    PRODUCER_SUCCESS.  It then closes every producer in ``fence`` (CLOSE_PRODUCER) and answers
-    every handle in ``failed_waiters`` (whose PRODUCER request is still pending) with ERROR
-    ProducerFenced.  ``topic_epoch`` is the current epoch for Shared producers (maybe ``None``).
-    If persisting fails, call ``remove(handle)`` and answer an error: the in-memory epoch stays
-    ahead of the stored one, which is harmless because no client was ever told that value.
+    PRODUCER_SUCCESS.  It closes every producer in ``fence`` (CLOSE_PRODUCER) and answers every
+    handle in ``failed_waiters`` (whose PRODUCER request is still pending) with ERROR
+    ProducerFenced; it may do so at once, as Java does, since they are already out of this state
+    machine and ``may_publish`` is False for them.  ``topic_epoch`` is the current epoch for
+    Shared producers (maybe ``None``).  If persisting fails, call ``remove(handle)`` and answer an
+    error: the in-memory epoch stays ahead of the stored one, which is harmless because no client
+    was ever told that value.
     """
 
     topic_epoch: int | None
