@@ -108,6 +108,7 @@ class ServerConnection(asyncio.Protocol):
         self._writable = True
         self._reading_paused = False
         self._producers: dict[int, _ProducerState] = {}
+        self._closing_producers: set[_ProducerState] = set()
         self._consumers: dict[int, _ConsumerState] = {}
         self._pending_publishes = 0
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -168,8 +169,10 @@ class ServerConnection(asyncio.Protocol):
         # cancel them before they ever ran, leaving a dead exclusive holder on its topic.
         for task in self._tasks:
             task.cancel()
-        producers = list(self._producers.values())
+        # Producers whose CLOSE_PRODUCER was still in progress are removed too (idempotent).
+        producers = list(self._producers.values()) + list(self._closing_producers)
         self._producers.clear()
+        self._closing_producers.clear()
         for pstate in producers:
             self._spawn(pstate.topic.remove_producer(pstate.producer))
 
@@ -605,11 +608,13 @@ class ServerConnection(asyncio.Protocol):
             if state is not None:
                 if self._producers.get(cmd.producer_id) is state:
                     del self._producers[cmd.producer_id]
+                self._closing_producers.add(state)
                 # SUCCESS only after every earlier receipt (they are in the output queue first).
                 pending = [p.future for p in state.receipts]
                 if pending:
                     await asyncio.gather(*pending, return_exceptions=True)
                 await state.topic.remove_producer(state.producer)
+                self._closing_producers.discard(state)
             self._write(commands.success(request_id))
 
         self._request(request_id, close)
