@@ -202,7 +202,6 @@ class Topic:
         self._clock = clock
         self._loop = asyncio.get_running_loop()
         self._staged: list[_PendingWrite] = []
-        self._flushing: list[_PendingWrite] = []
         # Producers that lost a message to a failed write; their SENDs are refused until they
         # reconnect as new producer objects (see the module docstring, step 3).
         self._failed_producers: set[Producer] = set()
@@ -287,16 +286,13 @@ class Topic:
                     return
                 continue
             group, self._staged = self._staged, []
-            self._flushing = group
             try:
                 for write in group:
                     write.position = self.ledger.append(write.entry)
                 await asyncio.to_thread(self.ledger.flush)
             except (OSError, StorageError, ValueError) as exc:
-                self._fail_writes(exc)
+                self._on_flush_failed(group, exc)
                 continue
-            finally:
-                self._flushing = []
             self.stats.flushes += 1
             self._complete(group)
             if self._staged:
@@ -317,12 +313,27 @@ class Topic:
         if dedup is not None and dedup.snapshot_due_by_entries():
             self._take_dedup_snapshot()
 
-    def _fail_writes(self, exc: BaseException) -> None:
-        """A write or fsync failed: fail the group and all staged behind it (module docstring)."""
+    def _on_flush_failed(self, group: list[_PendingWrite], exc: BaseException) -> None:
+        """A write or fsync failed (module docstring, step 3).
+
+        A group spanning a segment roll is written segment by segment, so its first part may be
+        durable when a later part fails. That part is in the log: it is completed like any
+        durable entry (failing it would make the client resend it, and store it twice). The
+        rest of the group, and everything staged behind it, is failed.
+        """
         self.stats.persistence_errors += 1
         log.error("%s: ledger flush failed: %s", self.name.full_name, exc)
-        failed = self._flushing + self._staged
-        self._flushing, self._staged = [], []
+        durable = self.ledger.last_confirmed_position
+        written = 0
+        if durable is not None:
+            for write in group:  # positions increase: the durable part is a prefix
+                if write.position is None or write.position > durable:
+                    break
+                written += 1
+        if written:
+            self._complete(group[:written])
+        failed = group[written:] + self._staged
+        self._staged = []
         error = PersistenceError(f"Failed to persist entry: {exc}")
         for write in failed:
             self._failed_producers.add(write.producer)

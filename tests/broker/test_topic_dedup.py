@@ -43,7 +43,15 @@ from protocol.topic_name import TopicName
 from tests.broker.storage.faults import FaultyLayer
 
 TOPIC = TopicName.parse("persistent://public/default/dedup-topic")
-LEDGER_CONFIG = LedgerConfig(max_entries_per_ledger=7, preallocate_bytes=0, persist_interval_s=0)
+# Small segments (rolls inside a group commit), every cursor change persisted at once, and
+# infinite retention: the model is computed from the whole log, so nothing may be trimmed.
+LEDGER_CONFIG = LedgerConfig(
+    max_entries_per_ledger=7,
+    preallocate_bytes=0,
+    persist_interval_s=0,
+    retention_time_minutes=-1,
+    retention_size_mb=-1,
+)
 
 
 class FakeClock:
@@ -250,6 +258,33 @@ async def test_failed_write_fails_staged_entries_and_refuses_the_producer(tmp_pa
         assert await publish(topic, p2, 0) is not None
         assert log_of(topic) == [("p1", 0, 1), ("p1", 1, 1), ("p1", 2, 1), ("p2", 0, 1)]
         assert topic.dedup_stats()["writeFailures"] == 1
+    finally:
+        await topic.close()
+
+
+async def test_group_durable_before_a_failed_roll_is_completed(tmp_path: Path) -> None:
+    """A group spanning a segment roll: its first part is written to the full segment, then the
+    new segment fails. The durable part is in the log and must be receipted, not failed (the
+    client would resend it and it would be stored twice); only the rest fails."""
+    layer = FaultyLayer()
+    topic = await open_topic(tmp_path / "t", config(), layer=layer)
+    try:
+        producer = await connect(topic, "p1")
+        for seq in range(5):
+            await publish(topic, producer, seq)
+        first_segment = sorted((tmp_path / "t").glob("*.seg"))[-1].name
+        next_segment = f"{int(first_segment.removesuffix('.seg')) + 1:020d}.seg"
+        layer.fail("fdatasync", errno.EIO, suffix=next_segment)
+        group = [topic.publish(producer, s, s, entry("p1", s)) for s in range(5, 10)]
+        results = await asyncio.gather(*group, return_exceptions=True)
+        # Entries 5 and 6 fill the first segment (7 entries per segment); 7..9 fail.
+        assert [isinstance(r, Position) for r in results] == [True, True, False, False, False]
+        assert topic.last_sequence_id("p1") == 6
+        await topic.remove_producer(producer)
+        producer = await connect(topic, "p1")
+        for seq in range(5, 10):  # the client resends what failed (and what it never heard of)
+            await publish(topic, producer, seq)
+        assert [first for _, first, _ in log_of(topic)] == list(range(10))
     finally:
         await topic.close()
 
@@ -504,6 +539,11 @@ _steps = st.builds(
 )
 
 
+def _consume_outcome(future: asyncio.Future[Position | None]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 class Harness:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -551,6 +591,9 @@ class Harness:
         except PersistenceError:
             producer.broken = True  # SEND_ERROR: the client closes and resends later
             return
+        previous = producer.in_flight.pop(batch, None)
+        if previous is not None:  # superseded by the resend: nobody will await it
+            previous.add_done_callback(_consume_outcome)
         producer.in_flight[batch] = future
 
     async def settle(self) -> None:
@@ -590,6 +633,8 @@ class Harness:
                 await self.settle()
                 await self.topic.close()
             for producer in self.producers.values():
+                for future in producer.in_flight.values():
+                    future.add_done_callback(_consume_outcome)
                 producer.in_flight.clear()  # answers that never came
             self.layer = FaultyLayer()  # a failure armed before the crash does not carry over
             await self.open()
