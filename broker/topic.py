@@ -11,10 +11,11 @@ Publishing (the hot path, see docs/CONTRACTS.md and aesthetics §3 "SEND"):
    When the flush returns, the futures of the group resolve **in append order**, dedup's persisted
    marks move, a dedup snapshot is taken every ``brokerDeduplicationEntriesInterval`` entries, and
    subscriptions are told that new entries may be dispatched (only durable entries are read).
-3. A failed flush (EIO, ENOSPC, ...) fails the group *and everything staged behind it*, resets
-   dedup's ``pushed := persisted`` for all producers (Pulsar #5218), and refuses further SENDs from
-   every producer that lost a message until it reconnects (Java fences the topic and disconnects
-   its producers). Why all three:
+3. A failed flush (EIO, ENOSPC, ...) fails what of the group is not durable (a group spanning a
+   segment roll may have its first part durable: that part is completed as usual) *and
+   everything staged behind it*, resets dedup's ``pushed := persisted`` for all producers
+   (Pulsar #5218), and refuses further SENDs from every producer that lost a message until it
+   reconnects (Java fences the topic and disconnects its producers). Why all three:
 
    * Staging is what makes the failed set exact: the ledger discards every entry that was not
      durable, and nothing is appended to it while a flush runs, so no entry can outlive the
