@@ -6,10 +6,11 @@ retries really re-sent messages the broker had already stored.
 The producer is the official client with a fixed name, explicit ids and ``send_timeout_millis=0``
 (retry forever). The broker is a subprocess on a fixed port so the client reconnects to each new
 incarnation. Kills are spread over the run by progress, not by time, so they all happen whatever
-the machine's speed; each one is fired the moment the segment file is written to, so it lands
-between a write and its receipts (the fdatasync alone takes far longer than the watcher needs to
-react). That is the window that makes retries re-send stored messages; a kill at a time chosen
-by progress alone mostly misses it, and then dedup is never put to the test.
+the machine's speed; each one is fired the moment the segment file's mtime moves, so it often
+lands between a write and its receipts (the fdatasync takes longer than the watcher needs to
+react; file timestamps being coarse, about every other kill hits). That is the window that makes
+retries re-send stored messages; a kill at a time chosen by progress alone mostly misses it, and
+then dedup is never put to the test.
 
 Retention is infinite: each restart seals a segment, and dedup snapshots would otherwise let the
 consumed segments be trimmed before the reader checks them (the dedup cursor counts as a
