@@ -109,7 +109,7 @@ async def set_namespace_dedup(request: web.Request) -> web.Response:
     namespace = _namespace(request)
     enabled = await _read_bool(request)
     service = _service(request)
-    service.policies.set_namespace_dedup(namespace, enabled)
+    await asyncio.to_thread(service.policies.set_namespace_dedup, namespace, enabled)
     await _apply_dedup_policies(service, namespace)
     return web.Response(status=204)
 
@@ -117,7 +117,7 @@ async def set_namespace_dedup(request: web.Request) -> web.Response:
 async def remove_namespace_dedup(request: web.Request) -> web.Response:
     namespace = _namespace(request)
     service = _service(request)
-    service.policies.set_namespace_dedup(namespace, None)
+    await asyncio.to_thread(service.policies.set_namespace_dedup, namespace, None)
     await _apply_dedup_policies(service, namespace)
     return web.Response(status=204)
 
@@ -131,7 +131,7 @@ async def set_topic_dedup(request: web.Request) -> web.Response:
     topic = _topic(request)
     enabled = await _read_bool(request)
     service = _service(request)
-    service.policies.set_topic_dedup(topic.full_name, enabled)
+    await asyncio.to_thread(service.policies.set_topic_dedup, topic.full_name, enabled)
     await _apply_dedup_policies(service, topic.namespace_name)
     return web.Response(status=204)
 
@@ -139,13 +139,16 @@ async def set_topic_dedup(request: web.Request) -> web.Response:
 async def remove_topic_dedup(request: web.Request) -> web.Response:
     topic = _topic(request)
     service = _service(request)
-    service.policies.set_topic_dedup(topic.full_name, None)
+    await asyncio.to_thread(service.policies.set_topic_dedup, topic.full_name, None)
     await _apply_dedup_policies(service, topic.namespace_name)
     return web.Response(status=204)
 
 
 async def _apply_dedup_policies(service: BrokerService, namespace: str) -> None:
-    """Re-resolve the effective dedup flag of every loaded topic of ``namespace``."""
+    """Re-resolve the effective dedup flag of every loaded topic of ``namespace``.
+
+    The policy is stored (atomic write + fsync, in a worker thread so the loop keeps serving)
+    before it is applied, so a crash in between leaves it to be applied at the next load."""
     for topic in list(service.topics.values()):
         if topic.name.namespace_name == namespace:
             await topic.set_dedup_enabled(service.dedup_enabled_for(topic.name))
