@@ -315,6 +315,8 @@ class Cursor:
         if self._store is None:
             return
         with self._persist_lock:
+            if self._closed:
+                return  # deleted or abandoned meanwhile: writing would resurrect its file
             # Snapshot and clean flag together: an ack landing in between (the event loop acks
             # while a worker thread persists) must leave the cursor dirty, or it is never saved.
             with self._lock:
@@ -353,8 +355,10 @@ class Cursor:
             self._closed = True
 
     def _mark_closed(self) -> None:
-        """Make the cursor unusable without persisting (its ledger was deleted or abandoned)."""
-        self._closed = True
+        """Make the cursor unusable without persisting (deleted, or its ledger was deleted or
+        abandoned). Waits for a persist running in another thread, so none starts after."""
+        with self._persist_lock:
+            self._closed = True
 
     def _check_open(self) -> None:
         if self._closed:
