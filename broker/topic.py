@@ -591,6 +591,10 @@ class Topic:
         self._housekeeper.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._housekeeper
+        # As Java on unload: producers are told to go (CLOSE_PRODUCER) once their receipts are
+        # out, so they reconnect to the reloaded topic instead of failing their next SEND.
+        for producer in list(self.producers.producers):
+            producer.sink.close_producer(producer)
         for sub in self.subscriptions.values():
             sub.close()
         dedup = self.dedup
@@ -617,7 +621,7 @@ class Topic:
         return {
             "msgInCounter": self.stats.msg_in,
             "bytesInCounter": self.stats.bytes_in,
-            "publishers": len(self.producers.producers),
+            "publishers": sum(1 for p in self.producers.producers if p.ready),
             "producerAccess": self.producers.stats(),
             "lastConfirmedEntry": f"{last[0]}:{last[1]}",
             "subscriptions": {n: s.describe() for n, s in self.subscriptions.items()},

@@ -58,3 +58,45 @@ def test_close_producer_then_disconnect_frees_the_exclusive_topic(broker: Broker
                 time.sleep(0.05)
     finally:
         client.close()
+
+
+def test_unload_closes_producers_and_consumers_which_reconnect(broker: BrokerThread) -> None:
+    import urllib.request
+
+    local = f"unload-{uuid.uuid4().hex[:8]}"
+    topic = f"persistent://public/default/{local}"
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        consumer = client.subscribe(topic, "sub")
+        producer.send(b"before")
+        first = consumer.receive(5000)
+        assert first.data() == b"before"
+        consumer.acknowledge(first)
+        time.sleep(0.3)  # the client groups acks for 100 ms
+
+        async def connection_ids() -> set[int]:
+            assert broker.broker is not None
+            assert broker.broker.service is not None
+            return {id(c) for c in broker.broker.service.connections}
+
+        before = broker.call(connection_ids)
+        request = urllib.request.Request(
+            f"{broker.http}/admin/v2/persistent/public/default/{local}/unload", method="PUT"
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 204
+        producer.send(b"after")  # reconnected to the reloaded topic, no error surfaces
+        assert consumer.receive(5000).data() == b"after"
+
+        async def publishers() -> int:
+            assert broker.broker is not None
+            assert broker.broker.service is not None
+            return int(broker.broker.service.topics[topic].stats_snapshot()["publishers"])
+
+        assert broker.call(publishers) == 1
+        # Told to reconnect the producer, the client kept its socket: no SEND_ERROR made it drop
+        # the whole connection (which would also have bounced the consumer).
+        assert broker.call(connection_ids) == before
+    finally:
+        client.close()
