@@ -236,8 +236,15 @@ class Broker:
             _, still_open = await asyncio.wait(pending, timeout=1.0)
             for waiter in still_open:
                 waiter.cancel()
-        for connection in list(service.connections):
+        aborted = list(service.connections)
+        for connection in aborted:
             connection.abort()
+        if aborted:
+            # Let the transports report connection_lost before the loop may close.
+            waiters = [asyncio.ensure_future(c.wait_closed()) for c in aborted]
+            _, late = await asyncio.wait(waiters, timeout=1.0)
+            for waiter in late:
+                waiter.cancel()
         if self._server is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._server.wait_closed(), timeout=1.0)
