@@ -74,7 +74,10 @@ class LoadProducer:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def join(self) -> None:
         self._thread.join(30)
+        assert not self._thread.is_alive()
 
 
 def _read_all(url: str) -> list[bytes]:
@@ -108,6 +111,7 @@ def test_acknowledged_sends_survive_restart_under_load(tmp_path: Path, how: str)
         load.stop()
         with contextlib.suppress(pulsar.PulsarException):
             client.close()  # may report NotConnected: its broker just died
+        load.join()  # closing the client unblocks a send waiting for queue space
         broker.restart()
         stored = _read_all(broker.url)
         stored_ids = [int(m.split(b"-")[1]) for m in stored]
