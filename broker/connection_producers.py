@@ -1,0 +1,267 @@
+"""The producer side of one client connection: PRODUCER, SEND and CLOSE_PRODUCER.
+
+``ProducerEndpoint`` holds the connection's producers and implements ``ProducerSink`` for the
+topic (fencing, WaitForExclusive promotion, liveness pings). It writes frames only through its
+``ServerConnection``.
+
+Rules kept here:
+
+1. SEND never waits: the entry goes to ``Topic.publish`` and the next frame is read at once.
+2. Receipts (or SEND_ERRORs) go out strictly in SEND order per producer, each only when its own
+   future is done: a duplicate's immediate ``-1:-1`` waits behind an earlier pending write.
+3. Past ``maxPendingPublishRequestsPerConnection`` receipts outstanding, reading pauses; it
+   resumes at half of that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from broker.dedup import batch_highest_sequence_id
+from broker.errors import BrokerError, ProducerFenced, to_wire
+from broker.producer import Producer
+from broker.producer_access import AccessMode
+from broker.storage import Position
+from protocol import commands, pb
+from protocol.errors import ServerError
+from protocol.framing import Frame
+from protocol.ids import MessageId
+
+if TYPE_CHECKING:
+    from broker.connection import ServerConnection
+    from broker.topic import Topic
+
+T = pb.BaseCommand.Type
+
+
+@dataclass(eq=False)
+class _PendingSend:
+    sequence_id: int
+    highest_sequence_id: int
+    future: asyncio.Future[Position | None]
+
+
+@dataclass(eq=False)
+class _ProducerState:
+    producer: Producer
+    topic: Topic
+    receipts: deque[_PendingSend] = field(default_factory=deque)
+
+
+class ProducerEndpoint:
+    """The producers of one connection (ids are the client's, unique per connection)."""
+
+    def __init__(self, conn: ServerConnection) -> None:
+        self._conn = conn
+        self._service = conn.service
+        self._config = conn.service.config
+        self._loop = conn.loop
+        self._producers: dict[int, _ProducerState] = {}
+        self._closing_producers: set[_ProducerState] = set()
+        self._pending_publishes = 0
+
+    def handlers(self) -> dict[int, Callable[[Frame], None]]:
+        return {
+            T.PRODUCER: self.on_producer,
+            T.SEND: self.on_send,
+            T.CLOSE_PRODUCER: self.on_close_producer,
+        }
+
+    def connection_lost(self) -> None:
+        """Remove every producer, including those whose CLOSE_PRODUCER was in progress.
+
+        Called after the connection cancelled its tasks, so these removals run (a dead
+        exclusive holder must not keep its topic).
+        """
+        producers = list(self._producers.values()) + list(self._closing_producers)
+        self._producers.clear()
+        self._closing_producers.clear()
+        for pstate in producers:
+            self._conn.spawn(pstate.topic.remove_producer(pstate.producer))
+
+    async def check_alive(self) -> bool:
+        return await self._conn.check_alive()
+
+    def on_producer(self, frame: Frame) -> None:
+        cmd = frame.command.producer
+        request_id = cmd.request_id
+        self._conn.request(request_id, lambda: self._create_producer(cmd, request_id))
+
+    async def _create_producer(self, cmd: pb.CommandProducer, request_id: int) -> None:
+        topic_name = self._conn.parse_topic(cmd.topic)
+        existing = self._producers.get(cmd.producer_id)
+        if existing is not None:
+            # Java answers a duplicate PRODUCER for a live producer id with success again.
+            self._send_producer_success(existing.producer, existing.topic, request_id)
+            return
+        topic = await self._service.get_topic(topic_name, create=True)
+        if cmd.HasField("schema"):
+            self._service.schemas.put(topic_name.full_name, cmd.schema.SerializeToString())
+        user_named = cmd.HasField("producer_name") and bool(cmd.producer_name)
+        name = cmd.producer_name if user_named else self._service.generate_producer_name()
+        producer = Producer(
+            producer_id=cmd.producer_id,
+            name=name,
+            mode=AccessMode(cmd.producer_access_mode),
+            sink=self,
+            connection_key=self._conn,
+            request_id=request_id,
+            user_provided_name=user_named,
+        )
+        state = _ProducerState(producer, topic)
+        self._producers[cmd.producer_id] = state
+        requested_epoch = cmd.topic_epoch if cmd.HasField("topic_epoch") else None
+        try:
+            ready = await topic.add_producer(producer, requested_epoch)
+        except BaseException:
+            if self._producers.get(cmd.producer_id) is state:
+                del self._producers[cmd.producer_id]
+            raise
+        if self._conn.closing:
+            await topic.remove_producer(producer)
+            return
+        if cmd.HasField("initial_subscription_name") and cmd.initial_subscription_name:
+            topic.get_or_create_subscription(
+                cmd.initial_subscription_name, durable=True, start=None, initial_earliest=True
+            )
+        if ready:
+            self._send_producer_success(producer, topic, request_id)
+        else:
+            self._conn.write(
+                commands.producer_success(
+                    request_id, name, last_sequence_id=-1, producer_ready=False
+                )
+            )
+
+    def _send_producer_success(self, producer: Producer, topic: Topic, request_id: int) -> None:
+        self._conn.write(
+            commands.producer_success(
+                request_id,
+                producer.name,
+                last_sequence_id=topic.last_sequence_id(producer.name),
+                topic_epoch=producer.topic_epoch,
+                producer_ready=True,
+            )
+        )
+
+    def close_producer(self, producer: Producer) -> None:
+        state = self._producers.get(producer.producer_id)
+        if state is not None and state.producer is producer:
+            del self._producers[producer.producer_id]
+        self._conn.write(commands.close_producer(producer.producer_id))
+
+    def producer_ready(self, producer: Producer, topic_epoch: int | None) -> None:
+        state = self._producers.get(producer.producer_id)
+        if state is None or state.producer is not producer:
+            return
+        self._send_producer_success(producer, state.topic, producer.request_id)
+
+    def producer_failed(self, producer: Producer, error: BrokerError) -> None:
+        state = self._producers.get(producer.producer_id)
+        if state is not None and state.producer is producer:
+            del self._producers[producer.producer_id]
+        self._conn.reply_error(producer.request_id, error)
+
+    def on_send(self, frame: Frame) -> None:
+        cmd = frame.command.send
+        state = self._producers.get(cmd.producer_id)
+        if state is None or not state.producer.ready:
+            # Java drops SENDs of producers it just closed; the client resends after reconnect.
+            return
+        sequence_id = cmd.sequence_id
+        if not frame.checksum_valid:
+            self._conn.write(
+                commands.send_error(
+                    cmd.producer_id,
+                    sequence_id,
+                    ServerError.ChecksumError,
+                    "Checksum failed on the broker",
+                )
+            )
+            return
+        entry = frame.entry
+        assert entry is not None
+        highest = batch_highest_sequence_id(
+            sequence_id,
+            cmd.highest_sequence_id if cmd.HasField("highest_sequence_id") else None,
+            cmd.num_messages if cmd.HasField("num_messages") else 1,
+        )
+        try:
+            future = state.topic.publish(state.producer, sequence_id, highest, entry)
+        except ProducerFenced:
+            # PIP-68: nothing from a fenced producer reaches the ledger; the client learns it
+            # on reconnect (its stale topic epoch is refused with ProducerFenced).
+            self.close_producer(state.producer)
+            return
+        except BrokerError as exc:
+            future = self._loop.create_future()
+            future.set_exception(exc)
+        state.producer.msg_in += 1
+        state.receipts.append(_PendingSend(sequence_id, highest, future))
+        self._pending_publishes += 1
+        if self._pending_publishes >= self._config.max_pending_publish_requests_per_connection:
+            self._conn.pause_reading()
+        future.add_done_callback(functools.partial(self._receipt_ready, state))
+
+    def _receipt_ready(self, state: _ProducerState, _future: asyncio.Future[Any]) -> None:
+        self._drain_receipts(state)
+
+    def _drain_receipts(self, state: _ProducerState) -> None:
+        receipts = state.receipts
+        producer_id = state.producer.producer_id
+        while receipts and receipts[0].future.done():
+            pending = receipts.popleft()
+            self._pending_publishes -= 1
+            future = pending.future
+            if future.cancelled():
+                continue
+            error = future.exception()
+            if error is not None:
+                code, message = to_wire(error)
+                # Any SEND_ERROR but ChecksumError makes the C++ client reconnect and resend.
+                self._conn.write(
+                    commands.send_error(producer_id, pending.sequence_id, code, message)
+                )
+                continue
+            position = future.result()
+            message_id = (
+                MessageId(-1, -1)
+                if position is None
+                else MessageId(position.ledger_id, position.entry_id)
+            )
+            self._conn.write(
+                commands.send_receipt(
+                    producer_id, pending.sequence_id, message_id, pending.highest_sequence_id
+                )
+            )
+        if (
+            self._conn.reading_paused
+            and self._pending_publishes
+            <= self._config.max_pending_publish_requests_per_connection // 2
+        ):
+            self._conn.resume_reading()
+
+    def on_close_producer(self, frame: Frame) -> None:
+        cmd = frame.command.close_producer
+        state = self._producers.get(cmd.producer_id)
+        request_id = cmd.request_id
+
+        async def close() -> None:
+            if state is not None:
+                if self._producers.get(cmd.producer_id) is state:
+                    del self._producers[cmd.producer_id]
+                self._closing_producers.add(state)
+                # SUCCESS only after every earlier receipt (they are in the output queue first).
+                pending = [p.future for p in state.receipts]
+                if pending:
+                    await asyncio.gather(*pending, return_exceptions=True)
+                await state.topic.remove_producer(state.producer)
+                self._closing_producers.discard(state)
+            self._conn.write(commands.success(request_id))
+
+        self._conn.request(request_id, close)
