@@ -22,10 +22,11 @@ from urllib.parse import quote, unquote
 from broker.config import BrokerConfig
 from broker.connection import ServerConnection
 from broker.dedup import MessageDeduplication
+from broker.dedup_recovery import dedup_config_from, recover_dedup
 from broker.errors import ServiceNotReady, TopicNotFound
 from broker.metadata_store import PolicyStore, SchemaStore
 from broker.storage import FileLayer, Ledger, LedgerConfig, Position
-from broker.topic import Topic, dedup_config_from, ledger_config_from, recover_dedup
+from broker.topic import Topic, ledger_config_from
 from protocol.topic_name import TopicName
 
 log = logging.getLogger(__name__)

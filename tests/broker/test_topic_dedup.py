@@ -24,18 +24,18 @@ from hypothesis import strategies as st
 
 from broker.config import BrokerConfig
 from broker.dedup import DedupState
+from broker.dedup_recovery import (
+    DEDUP_CURSOR,
+    dedup_config_from,
+    exact_batch_highest_sequence_id,
+    recover_dedup,
+)
 from broker.errors import BrokerError, PersistenceError
 from broker.producer import Producer
 from broker.producer_access import AccessMode
 from broker.server import BrokerService
 from broker.storage import InitialPosition, Ledger, LedgerConfig, Position
-from broker.topic import (
-    DEDUP_CURSOR,
-    Topic,
-    dedup_config_from,
-    exact_batch_highest_sequence_id,
-    recover_dedup,
-)
+from broker.topic import Topic
 from protocol import pb
 from protocol.batch import SingleMessage, encode_batch
 from protocol.metadata import encode_entry, parse_entry_metadata

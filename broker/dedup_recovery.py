@@ -1,0 +1,101 @@
+"""PIP-6 persistence: the dedup snapshot lives on a cursor, recovery replays the log after it.
+
+The pure state is ``broker.dedup.MessageDeduplication``; this module connects it to the ledger,
+exactly as the PIP describes: a dedicated cursor ``pulsar.dedup`` whose mark-delete carries the
+``{producer_name: highest persisted sequence id}`` map as its properties, and on load a replay of
+every entry after that mark-delete (parsing only producer name and sequence ids). It also holds the
+rare-path helper that reads the exact last sequence id inside an uncompressed batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from broker.config import BrokerConfig
+from broker.dedup import DedupConfig, MessageDeduplication, batch_highest_sequence_id
+from broker.storage import InitialPosition, Ledger, Position
+from protocol.batch import decode_batch
+from protocol.errors import RemoteProtocolError
+from protocol.metadata import parse_entry_metadata
+
+log = logging.getLogger(__name__)
+
+DEDUP_CURSOR = "pulsar.dedup"
+_REPLAY_CHUNK = 1000
+
+
+def dedup_config_from(config: BrokerConfig) -> DedupConfig:
+    return DedupConfig(
+        entries_interval=config.broker_deduplication_entries_interval,
+        snapshot_interval_s=float(config.broker_deduplication_snapshot_interval_seconds),
+        max_number_of_producers=config.broker_deduplication_max_number_of_producers,
+    )
+
+
+def recover_dedup(
+    ledger: Ledger, config: DedupConfig, *, now: float | None = None
+) -> MessageDeduplication[Position]:
+    """PIP-6 recovery: the snapshot on the ``pulsar.dedup`` cursor, then replay every entry after.
+
+    Runs exactly once per topic load, in the loader thread, before any producer is admitted
+    (Pulsar #25954). Only producer name and sequence ids are parsed from each entry.
+
+    A topic without the cursor starts tracking afresh from its end, as Java opens the cursor at
+    Latest: the cursor is created (and persisted) when dedup is first enabled, before any entry
+    it must cover is written, so a missing cursor means dedup was off for what the log holds.
+    A cursor whose mark-delete had to be pulled back (the log lost durable entries) carries a
+    snapshot describing entries that no longer exist; it is ignored and the whole log replayed.
+    """
+    started = time.monotonic()
+    cursor = ledger.open_cursor(DEDUP_CURSOR, InitialPosition.LATEST)
+    snapshot: dict[str, int] = dict(cursor.properties)
+    snapshot_position: Position | None = cursor.mark_delete_position
+    replay_from = ledger.next_position(cursor.mark_delete_position)
+    if cursor.was_clamped:
+        log.warning(
+            "%s: dedup snapshot is ahead of the log; replaying the whole log", ledger.directory
+        )
+        snapshot, snapshot_position = {}, None
+        replay_from = ledger.next_position(ledger.before_first_position())
+    dedup: MessageDeduplication[Position] = MessageDeduplication.begin_recovery(
+        snapshot, config=config, snapshot_position=snapshot_position
+    )
+    records: list[tuple[str, int, int]] = []
+    for _position, entry in ledger.iter_entries(replay_from):
+        meta = parse_entry_metadata(entry)
+        high = batch_highest_sequence_id(
+            meta.sequence_id, meta.highest_sequence_id, meta.num_messages
+        )
+        records.append((meta.producer_name, meta.sequence_id, high))
+        if len(records) >= _REPLAY_CHUNK:
+            dedup.replay(records)
+            records = []
+    dedup.replay(records)
+    dedup.finish_recovery(
+        now=time.monotonic() if now is None else now,
+        last_position=ledger.last_confirmed_position,
+        elapsed_s=time.monotonic() - started,
+    )
+    return dedup
+
+
+def exact_batch_highest_sequence_id(entry: bytes, estimate: int) -> int:
+    """The largest per-message sequence id inside an uncompressed batch entry, else ``estimate``.
+
+    Used only on dedup's rare path (an entry whose first id is not above the pushed mark), where
+    the exact last id of a batch decides between DUP and storing it: the C++ client sends only
+    the first id, and ``first + n - 1`` understates the last id of a batch with gapped ids.
+    Compressed or encrypted payloads, and batches without per-message ids, keep the estimate.
+    """
+    try:
+        meta = parse_entry_metadata(entry)
+        if not meta.is_batch or meta.num_messages <= 1 or meta.compression != 0:
+            return estimate
+        messages = decode_batch(memoryview(entry)[meta.payload_offset :], meta.num_messages)
+    except RemoteProtocolError:
+        return estimate  # e.g. an encrypted payload: it does not parse as a batch
+    ids = [m.sequence_id for m in messages]
+    if any(seq is None or seq < meta.sequence_id for seq in ids):
+        return estimate  # no usable per-message ids (or ids going backwards): keep the range
+    return max(seq for seq in ids if seq is not None)
