@@ -18,19 +18,11 @@ from typing import Any
 import pulsar
 import pytest
 
-from tests.helpers import BrokerProcess, BrokerThread, broker_config
+from tests.helpers import BrokerProcess, BrokerThread, broker_config, new_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
 NAME = "my-producer-name"
-
-
-def new_client(url: str) -> pulsar.Client:
-    return pulsar.Client(
-        url,
-        operation_timeout_seconds=15,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )
 
 
 def new_topic() -> str:

@@ -29,7 +29,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from tests.helpers import BrokerProcess
+from tests.helpers import BrokerProcess, new_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat, pytest.mark.slow]
 
@@ -61,15 +61,6 @@ def wait_for_a_segment_write(directory: Path, timeout: float = 5.0) -> None:
         pass
 
 
-def new_client(url: str) -> pulsar.Client:
-    return pulsar.Client(
-        url,
-        operation_timeout_seconds=30,
-        io_threads=1,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )
-
-
 @dataclass
 class Outcome:
     sent: int
@@ -95,7 +86,7 @@ def run_loop(data_dir: Path, *, dedup: bool, count: int, kills: int) -> Outcome:
     errors: list[pulsar.Result] = []
     lock = threading.Lock()
     started = time.monotonic()
-    client = new_client(url)
+    client = new_client(url, operation_timeout=30, io_threads=1)
     killed = 0
     try:
         producer = client.create_producer(
@@ -149,7 +140,7 @@ def run_loop(data_dir: Path, *, dedup: bool, count: int, kills: int) -> Outcome:
 
 
 def read_all(url: str) -> list[int]:
-    client = new_client(url)
+    client = new_client(url, operation_timeout=30, io_threads=1)
     try:
         reader = client.create_reader(TOPIC, pulsar.MessageId.earliest, receiver_queue_size=5000)
         out = []

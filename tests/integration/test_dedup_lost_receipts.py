@@ -21,7 +21,7 @@ import pytest
 
 from protocol import Frame, pb
 from protocol.topic_name import TopicName
-from tests.helpers import BrokerThread
+from tests.helpers import BrokerThread, new_client
 from tests.tcp_proxy import Direction, TcpProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
@@ -31,14 +31,6 @@ SEND_RECEIPT = pb.BaseCommand.SEND_RECEIPT
 
 def new_topic() -> str:
     return f"persistent://public/default/lost-{uuid.uuid4().hex[:10]}"
-
-
-def new_client(url: str) -> pulsar.Client:
-    return pulsar.Client(
-        url,
-        operation_timeout_seconds=15,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )
 
 
 def read_all(url: str, topic: str) -> list[bytes]:

@@ -20,7 +20,7 @@ import pulsar
 import pytest
 
 from broker.storage.files import FileLayer
-from tests.helpers import BrokerThread, broker_config
+from tests.helpers import BrokerThread, broker_config, new_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
@@ -66,14 +66,6 @@ class EveryNthFails(FileLayer):
     def fdatasync(self, fd: int) -> None:
         self._maybe_fail("fdatasync", fd)
         super().fdatasync(fd)
-
-
-def new_client(url: str) -> pulsar.Client:
-    return pulsar.Client(
-        url,
-        operation_timeout_seconds=15,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )
 
 
 def read_all(client: pulsar.Client, topic: str) -> list[bytes]:

@@ -19,7 +19,6 @@ from that producer can be published"):
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -33,7 +32,7 @@ from typing import Any
 import pulsar
 import pytest
 
-from tests.helpers import BrokerThread, broker_config
+from tests.helpers import BrokerThread, broker_config, close_client, new_client
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
@@ -60,19 +59,6 @@ def broker(tmp_path: Path) -> Iterator[BrokerThread]:
 def proxy(broker: BrokerThread) -> Iterator[TcpProxy]:
     with TcpProxy(("127.0.0.1", broker.port)) as running:
         yield running
-
-
-def new_client(url: str) -> pulsar.Client:
-    return pulsar.Client(
-        url, operation_timeout_seconds=15, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
-    )
-
-
-def close_client(client: pulsar.Client) -> None:
-    """Close a client that may own a fenced producer: C++ 4.2.0 may then report AlreadyClosed for
-    that producer's close, which says nothing about the broker."""
-    with contextlib.suppress(pulsar.AlreadyClosed):
-        client.close()
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ block the topic.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import time
@@ -30,7 +29,7 @@ import pytest
 
 from protocol import FrameDecoder, commands, pb
 from protocol.enums import ProducerAccessMode
-from tests.helpers import BrokerThread
+from tests.helpers import BrokerThread, close_client, new_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
@@ -39,21 +38,6 @@ SHARED = pulsar.ProducerAccessMode.Shared
 EXCLUSIVE = pulsar.ProducerAccessMode.Exclusive
 WAIT = pulsar.ProducerAccessMode.WaitForExclusive
 FENCING = pulsar.ProducerAccessMode.ExclusiveWithFencing
-
-
-def new_client(url: str, operation_timeout: int = 10) -> pulsar.Client:
-    return pulsar.Client(
-        url,
-        operation_timeout_seconds=operation_timeout,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )
-
-
-def close_client(client: pulsar.Client) -> None:
-    """Close a client that may own a fenced producer: C++ 4.2.0 may then report AlreadyClosed for
-    that producer's close, which says nothing about the broker."""
-    with contextlib.suppress(pulsar.AlreadyClosed):
-        client.close()
 
 
 @pytest.fixture
@@ -290,7 +274,10 @@ def test_x7_client_stays_queued_for_seconds_then_is_promoted(
     broker: BrokerThread, background: ThreadPoolExecutor
 ) -> None:
     topic = topic_name()
-    holder_client, waiting_client = new_client(broker.url), new_client(broker.url, 5)
+    holder_client, waiting_client = (
+        new_client(broker.url),
+        new_client(broker.url, operation_timeout=5),
+    )
     try:
         p1 = holder_client.create_producer(topic, producer_name="p1", access_mode=EXCLUSIVE)
         pending = queue_producer(background, broker, waiting_client, topic, "p2")

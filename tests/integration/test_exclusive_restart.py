@@ -15,7 +15,6 @@ Promises checked:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import urllib.request
 import uuid
@@ -26,7 +25,7 @@ from typing import Any
 import pulsar
 import pytest
 
-from tests.helpers import BrokerProcess
+from tests.helpers import BrokerProcess, close_client
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
@@ -42,13 +41,6 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield process
     finally:
         process.kill()
-
-
-def close_client(client: pulsar.Client) -> None:
-    """Close a client that may own a fenced producer: C++ 4.2.0 may then report AlreadyClosed for
-    that producer's close, which says nothing about the broker."""
-    with contextlib.suppress(pulsar.AlreadyClosed):
-        client.close()
 
 
 class Route:
