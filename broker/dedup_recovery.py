@@ -11,10 +11,21 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 from broker.config import BrokerConfig
 from broker.dedup import DedupConfig, MessageDeduplication, batch_highest_sequence_id
-from broker.storage import InitialPosition, Ledger, Position
+from broker.storage import (
+    CorruptCursorError,
+    FileLayer,
+    InitialPosition,
+    Ledger,
+    LedgerConfig,
+    OsFileLayer,
+    Position,
+    cursor_file,
+    quarantine_cursor_file,
+)
 from protocol.batch import decode_batch
 from protocol.errors import RemoteProtocolError
 from protocol.metadata import parse_entry_metadata
@@ -34,7 +45,7 @@ def dedup_config_from(config: BrokerConfig) -> DedupConfig:
 
 
 def recover_dedup(
-    ledger: Ledger, config: DedupConfig, *, now: float | None = None
+    ledger: Ledger, config: DedupConfig, *, now: float | None = None, full_replay: bool = False
 ) -> MessageDeduplication[Position]:
     """PIP-6 recovery: the snapshot on the ``pulsar.dedup`` cursor, then replay every entry after.
 
@@ -46,15 +57,19 @@ def recover_dedup(
     it must cover is written, so a missing cursor means dedup was off for what the log holds.
     A cursor whose mark-delete had to be pulled back (the log lost durable entries) carries a
     snapshot describing entries that no longer exist; it is ignored and the whole log replayed.
+    ``full_replay`` does the same on request: the snapshot file was damaged and set aside
+    (``open_ledger_for_dedup``), so the state is rebuilt from every entry the log still holds.
     """
     started = time.monotonic()
     cursor = ledger.open_cursor(DEDUP_CURSOR, InitialPosition.LATEST)
     snapshot: dict[str, int] = dict(cursor.properties)
     snapshot_position: Position | None = cursor.mark_delete_position
     replay_from = ledger.next_position(cursor.mark_delete_position)
-    if cursor.was_clamped:
+    if cursor.was_clamped or full_replay:
         log.warning(
-            "%s: dedup snapshot is ahead of the log; replaying the whole log", ledger.directory
+            "%s: dedup snapshot unusable (%s); replaying the whole log",
+            ledger.directory,
+            "damaged" if full_replay else "ahead of the log",
         )
         snapshot, snapshot_position = {}, None
         replay_from = ledger.next_position(ledger.before_first_position())
@@ -99,3 +114,22 @@ def exact_batch_highest_sequence_id(entry: bytes, estimate: int) -> int:
     if any(seq is None or seq < meta.sequence_id for seq in ids):
         return estimate  # no usable per-message ids (or ids going backwards): keep the range
     return max(seq for seq in ids if seq is not None)
+
+
+def open_ledger_for_dedup(
+    directory: Path, config: LedgerConfig, layer: FileLayer | None
+) -> tuple[Ledger, bool]:
+    """Open a topic's ledger; a damaged dedup snapshot is set aside instead of failing the open.
+
+    Returns the ledger and whether the snapshot was damaged (then recover with
+    ``full_replay=True``). Damage in any other cursor or in the data still refuses the open:
+    those hold state that cannot be rebuilt, so nothing is dropped silently.
+    """
+    try:
+        return Ledger.open(directory, config, file_layer=layer), False
+    except CorruptCursorError as exc:
+        if exc.path != cursor_file(directory, DEDUP_CURSOR):
+            raise
+        moved = quarantine_cursor_file(directory, DEDUP_CURSOR, layer or OsFileLayer())
+        log.error("%s: damaged dedup snapshot moved to %s (%s)", directory, moved, exc.reason)
+        return Ledger.open(directory, config, file_layer=layer), True

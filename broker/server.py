@@ -22,7 +22,7 @@ from urllib.parse import quote, unquote
 from broker.config import BrokerConfig
 from broker.connection import ServerConnection
 from broker.dedup import MessageDeduplication
-from broker.dedup_recovery import dedup_config_from, recover_dedup
+from broker.dedup_recovery import dedup_config_from, open_ledger_for_dedup, recover_dedup
 from broker.errors import ServiceNotReady, TopicNotFound
 from broker.metadata_store import PolicyStore, SchemaStore
 from broker.storage import FileLayer, Ledger, LedgerConfig, Position
@@ -131,9 +131,14 @@ class BrokerService:
     def _load_sync(
         self, directory: Path, dedup_on: bool
     ) -> tuple[Ledger, MessageDeduplication[Position] | None]:
-        ledger = Ledger.open(directory, ledger_config_from(self.config), file_layer=self.file_layer)
+        ledger_config = ledger_config_from(self.config)
+        ledger, snapshot_damaged = open_ledger_for_dedup(directory, ledger_config, self.file_layer)
         try:
-            dedup = recover_dedup(ledger, dedup_config_from(self.config)) if dedup_on else None
+            dedup = (
+                recover_dedup(ledger, dedup_config_from(self.config), full_replay=snapshot_damaged)
+                if dedup_on
+                else None
+            )
             if not dedup_on and "pulsar.dedup" in ledger.cursors:
                 ledger.delete_cursor("pulsar.dedup")
         except BaseException:

@@ -34,6 +34,26 @@ def cursor_file_stem(name: str) -> str:
     return quoted if len(quoted) <= _MAX_STEM else "h-" + sha256(name.encode()).hexdigest()
 
 
+def cursor_file(ledger_directory: Path, name: str) -> Path:
+    """Where durable cursor ``name`` of the ledger in ``ledger_directory`` is stored."""
+    return ledger_directory / CURSOR_DIR / (cursor_file_stem(name) + CURSOR_SUFFIX)
+
+
+def quarantine_cursor_file(ledger_directory: Path, name: str, layer: FileLayer) -> Path | None:
+    """Move a damaged cursor file aside (``.corrupt`` suffix, kept for inspection), durably.
+
+    For state that can be rebuilt (the PIP-6 snapshot): the ledger then opens without it.
+    Returns the new path, or None if there was no such file.
+    """
+    path = cursor_file(ledger_directory, name)
+    if not path.exists():
+        return None
+    target = path.with_name(path.name + ".corrupt")
+    layer.replace(path, target)
+    layer.fsync_dir(path.parent)
+    return target
+
+
 class CursorRegistry:
     """Creates, loads, lists and deletes a ledger's cursors."""
 
@@ -58,7 +78,7 @@ class CursorRegistry:
         return [c.persisted_mark_delete_position for c in self._cursors.values()]
 
     def path_of(self, name: str) -> Path:
-        return self.directory / (cursor_file_stem(name) + CURSOR_SUFFIX)
+        return cursor_file(self.directory.parent, name)
 
     def create(self, name: str, mark_delete: Position) -> Cursor:
         """A new durable cursor, persisted before it is returned."""
