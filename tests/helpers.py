@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from pathlib import Path
@@ -162,6 +164,10 @@ class BrokerProcess:
     def url(self) -> str:
         return f"pulsar://127.0.0.1:{self.port}"
 
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
@@ -193,6 +199,41 @@ def close_client(client: pulsar.Client) -> None:
     that producer's close, which says nothing about the broker."""
     with contextlib.suppress(pulsar.AlreadyClosed):
         client.close()
+
+
+def topic_stats(http: str, topic: str) -> dict[str, Any]:
+    """``GET /admin/v2/persistent/{tenant}/{ns}/{topic}/stats`` for a full topic name."""
+    path = topic.removeprefix("persistent://")
+    with urllib.request.urlopen(f"{http}/admin/v2/persistent/{path}/stats", timeout=10) as reply:
+        stats: dict[str, Any] = json.loads(reply.read())
+    return stats
+
+
+def access_stats(http: str, topic: str) -> dict[str, Any]:
+    """The PIP-68 ``producerAccess`` section of the topic stats."""
+    access: dict[str, Any] = topic_stats(http, topic)["producerAccess"]
+    return access
+
+
+def read_all(client: pulsar.Client, topic: str) -> list[bytes]:
+    """Every message of ``topic`` from the earliest, with a reader."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    try:
+        out: list[bytes] = []
+        while reader.has_message_available():
+            out.append(reader.read_next(5000).data())
+        return out
+    finally:
+        reader.close()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll ``condition`` (every 20 ms) until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.02)
 
 
 @contextlib.contextmanager

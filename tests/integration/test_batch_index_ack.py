@@ -16,9 +16,7 @@ consumer that asks for a receipt on every ACK.
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,7 +25,7 @@ from typing import Any
 import pulsar
 import pytest
 
-from tests.helpers import BrokerThread, broker_config
+from tests.helpers import BrokerThread, broker_config, topic_stats
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
@@ -46,14 +44,6 @@ def make_client(url: str) -> pulsar.Client:
     return pulsar.Client(
         url, operation_timeout_seconds=10, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
     )
-
-
-def topic_stats(http: str, topic: str) -> dict[str, Any]:
-    local = topic.rsplit("/", 1)[1]
-    url = f"{http}/admin/v2/persistent/public/default/{local}/stats"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        result: dict[str, Any] = json.load(response)
-    return result
 
 
 def sub_stats(http: str, topic: str, sub: str = "sub") -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 import pulsar
 import pytest
 
-from tests.helpers import BrokerProcess, BrokerThread, broker_config, new_client
+from tests.helpers import BrokerProcess, BrokerThread, broker_config, new_client, read_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
@@ -37,18 +37,6 @@ def producer_of(client: pulsar.Client, topic: str, *, batching: bool) -> pulsar.
         batching_max_publish_delay_ms=5,
         send_timeout_millis=0,
     )
-
-
-def read_all(client: pulsar.Client, topic: str) -> list[bytes]:
-    """Every message of ``topic`` from the earliest, with a reader."""
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    try:
-        out = []
-        while reader.has_message_available():
-            out.append(reader.read_next(5000).data())
-        return out
-    finally:
-        reader.close()
 
 
 def send_all(producer: pulsar.Producer, seqs: list[int], prefix: str = "m") -> list[Any]:

@@ -20,7 +20,7 @@ import pulsar
 import pytest
 
 from broker.storage.files import FileLayer
-from tests.helpers import BrokerThread, broker_config, new_client
+from tests.helpers import BrokerThread, broker_config, new_client, read_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
@@ -66,15 +66,6 @@ class EveryNthFails(FileLayer):
     def fdatasync(self, fd: int) -> None:
         self._maybe_fail("fdatasync", fd)
         super().fdatasync(fd)
-
-
-def read_all(client: pulsar.Client, topic: str) -> list[bytes]:
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    out = []
-    while reader.has_message_available():
-        out.append(reader.read_next(5000).data())
-    reader.close()
-    return out
 
 
 @pytest.mark.parametrize("batching", [False, True])

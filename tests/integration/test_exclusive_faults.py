@@ -19,20 +19,25 @@ from that producer can be published"):
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pulsar
 import pytest
 
-from tests.helpers import BrokerThread, broker_config, close_client, new_client
+from tests.helpers import (
+    BrokerThread,
+    access_stats,
+    broker_config,
+    close_client,
+    new_client,
+    read_all,
+    wait_until,
+)
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
@@ -83,32 +88,6 @@ def proxied(proxy: TcpProxy) -> Iterator[pulsar.Client]:
 
 def topic_name() -> str:
     return f"persistent://public/default/fault-{uuid.uuid4().hex[:10]}"
-
-
-def access_stats(broker: BrokerThread, topic: str) -> dict[str, Any]:
-    path = topic.removeprefix("persistent://")
-    with urllib.request.urlopen(f"{broker.http}/admin/v2/persistent/{path}/stats") as response:
-        access: dict[str, Any] = json.loads(response.read())["producerAccess"]
-    return access
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
-
-
-def read_all(client: pulsar.Client, topic: str) -> list[bytes]:
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    try:
-        out: list[bytes] = []
-        while reader.has_message_available():
-            out.append(reader.read_next(5000).data())
-        return out
-    finally:
-        reader.close()
 
 
 class ContinuousWriter:
@@ -206,7 +185,7 @@ def test_fencing_producer_takes_over_from_a_stalled_holder(
         old_at_takeover = read_all(direct, topic)
         write_new(new_holder)
         proxy.resume()
-    assert access_stats(broker, topic)["exclusiveHolder"] == "new"
+    assert access_stats(broker.http, topic)["exclusiveHolder"] == "new"
     assert_old_holder_fenced_cleanly(writer, old_at_takeover, read_all(direct, topic))
 
 
@@ -225,7 +204,7 @@ def test_fencing_producer_takes_over_from_a_cut_holder(
         write_new(new_holder)
         proxy.refuse(False)
     assert_old_holder_fenced_cleanly(writer, old_at_takeover, read_all(direct, topic))
-    stats = access_stats(broker, topic)
+    stats = access_stats(broker.http, topic)
     assert stats["exclusiveHolder"] == "new"
     assert stats["topicEpoch"] == 1
 
@@ -243,12 +222,12 @@ def test_waiting_producer_takes_over_once_keepalive_drops_a_stalled_holder(
         proxy.stall()
         pending = pool.submit(direct.create_producer, topic, producer_name="new", access_mode=WAIT)
         # Queued first: the broker has not noticed anything yet.
-        wait_until(lambda: access_stats(broker, topic)["waitingProducers"] == ["new"])
+        wait_until(lambda: access_stats(broker.http, topic)["waitingProducers"] == ["new"])
         new_holder = pending.result(15)  # promoted when keepalive closes the silent connection
         old_at_takeover = read_all(direct, topic)
         write_new(new_holder)
         proxy.resume()
-    stats = access_stats(broker, topic)
+    stats = access_stats(broker.http, topic)
     assert stats["exclusiveHolder"] == "new"
     assert stats["topicEpoch"] == 1
     assert_old_holder_fenced_cleanly(writer, old_at_takeover, read_all(direct, topic))
@@ -272,7 +251,7 @@ def test_same_name_from_a_new_connection_evicts_a_holder_that_does_not_answer_a_
         old_at_takeover = read_all(direct, topic)
         write_new(new_holder)
         proxy.resume()
-    stats = access_stats(broker, topic)
+    stats = access_stats(broker.http, topic)
     assert stats["exclusiveHolder"] == "app"
     assert stats["topicEpoch"] == 1
     assert_old_holder_fenced_cleanly(writer, old_at_takeover, read_all(direct, topic))
@@ -292,6 +271,6 @@ def test_same_name_from_a_new_connection_is_refused_while_the_holder_answers(
     finally:
         other.close()
     holder.send(b"still mine")
-    stats = access_stats(broker, topic)
+    stats = access_stats(broker.http, topic)
     assert stats["exclusiveHolder"] == "app"
     assert stats["topicEpoch"] == 0

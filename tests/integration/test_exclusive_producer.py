@@ -15,12 +15,11 @@ block the topic.
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -29,7 +28,7 @@ import pytest
 
 from protocol import FrameDecoder, commands, pb
 from protocol.enums import ProducerAccessMode
-from tests.helpers import BrokerThread, close_client, new_client
+from tests.helpers import BrokerThread, access_stats, close_client, new_client, read_all, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
@@ -60,23 +59,6 @@ def topic_name() -> str:
     return f"persistent://public/default/excl-{uuid.uuid4().hex[:10]}"
 
 
-def access_stats(broker: BrokerThread, topic: str) -> dict[str, Any]:
-    """The ``producerAccess`` section of ``GET /admin/v2/persistent/{t}/{ns}/{topic}/stats``."""
-    path = topic.removeprefix("persistent://")
-    with urllib.request.urlopen(f"{broker.http}/admin/v2/persistent/{path}/stats") as response:
-        stats: dict[str, Any] = json.loads(response.read())
-    access: dict[str, Any] = stats["producerAccess"]
-    return access
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
-
-
 def queue_producer(
     pool: ThreadPoolExecutor,
     broker: BrokerThread,
@@ -86,20 +68,11 @@ def queue_producer(
 ) -> Future[pulsar.Producer]:
     """Start a WaitForExclusive creation and return once the broker has queued it."""
     pending = pool.submit(client.create_producer, topic, producer_name=name, access_mode=WAIT)
-    wait_until(lambda: name in access_stats(broker, topic)["waitingProducers"] or pending.done())
+    wait_until(
+        lambda: name in access_stats(broker.http, topic)["waitingProducers"] or pending.done()
+    )
     assert not pending.done(), "expected the producer to be queued"
     return pending
-
-
-def read_all(client: pulsar.Client, topic: str) -> list[bytes]:
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    try:
-        out: list[bytes] = []
-        while reader.has_message_available():
-            out.append(reader.read_next(5000).data())
-        return out
-    finally:
-        reader.close()
 
 
 # ------------------------------------------------------------------------ X1, X2, X8
@@ -115,12 +88,12 @@ def test_x1_second_exclusive_is_fenced_and_shared_is_busy(
         client.create_producer(topic, producer_name="p2", access_mode=EXCLUSIVE)
     with pytest.raises(pulsar.ProducerBusy):
         client.create_producer(topic, producer_name="p3", access_mode=SHARED)
-    assert access_stats(broker, topic)["exclusiveHolder"] == "p1"
+    assert access_stats(broker.http, topic)["exclusiveHolder"] == "p1"
     p1.close()
     p2 = client.create_producer(topic, producer_name="p2", access_mode=EXCLUSIVE)
     p2.send(b"p2-0")
     assert read_all(client, topic) == [b"p1-0", b"p2-0"]
-    assert access_stats(broker, topic)["topicEpoch"] == 1
+    assert access_stats(broker.http, topic)["topicEpoch"] == 1
 
 
 def test_x2_exclusive_is_refused_while_shared_producers_exist(
@@ -138,7 +111,7 @@ def test_x2_exclusive_is_refused_while_shared_producers_exist(
     s2.close()
     waiter = waiting.result(10)
     waiter.send(b"w-0")
-    stats = access_stats(broker, topic)
+    stats = access_stats(broker.http, topic)
     assert stats["exclusiveHolder"] == "w"
     assert stats["sharedProducers"] == 0
 
@@ -176,7 +149,7 @@ def test_x3_holder_keeps_the_topic_across_an_unload(
     assert _admin(broker, f"/admin/v2/persistent/{path}/unload", "PUT") == 204
     # The producer reconnects with the topic epoch it was given and keeps exclusivity.
     p1.send(b"after")
-    stats = access_stats(broker, topic)
+    stats = access_stats(broker.http, topic)
     assert stats["exclusiveHolder"] == "p1"
     assert stats["topicEpoch"] == 0
     assert read_all(client, topic) == [b"before", b"after"]
@@ -204,7 +177,7 @@ def test_x4_epoch_bumped_behind_the_holder_fences_it(
     p2 = client.create_producer(topic, producer_name="p2", access_mode=EXCLUSIVE)
     p2.send(b"p2")
     assert read_all(client, topic) == [b"before", b"p2"]
-    assert access_stats(broker, topic)["topicEpoch"] == 2
+    assert access_stats(broker.http, topic)["topicEpoch"] == 2
 
 
 def test_x5_topic_deleted_under_the_holder_is_recreated(
@@ -217,7 +190,7 @@ def test_x5_topic_deleted_under_the_holder_is_recreated(
     assert _admin(broker, f"/admin/v2/persistent/{path}", "DELETE") == 204
     p1.send(b"recreated")
     assert read_all(client, topic) == [b"recreated"]
-    stats = access_stats(broker, topic)
+    stats = access_stats(broker.http, topic)
     assert stats["exclusiveHolder"] == "p1"
     assert stats["topicEpoch"] == 0  # the producer's epoch, adopted by the new topic
 
@@ -233,7 +206,7 @@ def test_x6_waiters_are_promoted_in_fifo_order(
     p1.send(b"p1")
     second = queue_producer(background, broker, client, topic, "p2")
     third = queue_producer(background, broker, client, topic, "p3")
-    stats = access_stats(broker, topic)
+    stats = access_stats(broker.http, topic)
     assert stats["exclusiveHolder"] == "p1"
     assert stats["waitingProducers"] == ["p2", "p3"]
     assert stats["topicEpoch"] == 0
@@ -241,12 +214,12 @@ def test_x6_waiters_are_promoted_in_fifo_order(
     p1.close()
     p2 = second.result(10)
     assert not third.done()
-    assert access_stats(broker, topic)["waitingProducers"] == ["p3"]
+    assert access_stats(broker.http, topic)["waitingProducers"] == ["p3"]
     p2.send(b"p2")
     p2.close()
     p3 = third.result(10)
     p3.send(b"p3")
-    stats = access_stats(broker, topic)
+    stats = access_stats(broker.http, topic)
     assert stats["exclusiveHolder"] == "p3"
     assert stats["waitingProducers"] == []
     assert stats["topicEpoch"] == 2
@@ -262,12 +235,12 @@ def test_x6_waiter_that_disconnects_leaves_the_queue(
     leaving = queue_producer(background, broker, leaving_client, topic, "leaving")
     staying = queue_producer(background, broker, client, topic, "staying")
     leaving_client.close()
-    wait_until(lambda: access_stats(broker, topic)["waitingProducers"] == ["staying"])
+    wait_until(lambda: access_stats(broker.http, topic)["waitingProducers"] == ["staying"])
     with pytest.raises(pulsar.PulsarException):
         leaving.result(10)
     p1.close()
     staying.result(10).send(b"staying")
-    assert access_stats(broker, topic)["exclusiveHolder"] == "staying"
+    assert access_stats(broker.http, topic)["exclusiveHolder"] == "staying"
 
 
 def test_x7_client_stays_queued_for_seconds_then_is_promoted(
@@ -285,7 +258,7 @@ def test_x7_client_stays_queued_for_seconds_then_is_promoted(
         assert not pending.done()
         p1.close()
         pending.result(10).send(b"p2")
-        assert access_stats(broker, topic)["exclusiveHolder"] == "p2"
+        assert access_stats(broker.http, topic)["exclusiveHolder"] == "p2"
     finally:
         holder_client.close()
         waiting_client.close()
@@ -372,10 +345,10 @@ def test_x7_a_client_that_gives_up_waiting_does_not_block_the_topic(
         with pytest.raises(pulsar.Timeout):
             impatient.create_producer(topic, producer_name="impatient", access_mode=WAIT)
         p1.close()
-        wait_until(lambda: access_stats(broker, topic)["exclusiveHolder"] is None)
+        wait_until(lambda: access_stats(broker.http, topic)["exclusiveHolder"] is None)
         p2 = client.create_producer(topic, producer_name="p2", access_mode=EXCLUSIVE)
         p2.send(b"p2")
-        assert access_stats(broker, topic)["exclusiveHolder"] == "p2"
+        assert access_stats(broker.http, topic)["exclusiveHolder"] == "p2"
     finally:
         impatient.close()
 
@@ -397,7 +370,7 @@ def test_x9_exclusive_with_fencing_takes_over_and_fails_the_waiters(
     with pytest.raises(pulsar.ProducerFenced):
         p1.send(b"p1-after")
     fencer.send(b"fencer")
-    stats = access_stats(broker, topic)
+    stats = access_stats(broker.http, topic)
     assert stats["exclusiveHolder"] == "fencer"
     assert stats["exclusiveHolderMode"] == "ExclusiveWithFencing"
     assert stats["waitingProducers"] == []
@@ -432,5 +405,5 @@ def test_x9_fenced_producer_reconnecting_is_refused_for_good(
     fencer.close()  # the topic is free again, but p1's epoch is stale forever
     with pytest.raises(pulsar.ProducerFenced):
         p1.send(b"p1-late")
-    assert access_stats(broker, topic)["exclusiveHolder"] is None
+    assert access_stats(broker.http, topic)["exclusiveHolder"] is None
     assert read_all(client, topic) == [b"p1"]

@@ -15,17 +15,14 @@ Promises checked:
 
 from __future__ import annotations
 
-import json
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pulsar
 import pytest
 
-from tests.helpers import BrokerProcess, close_client
+from tests.helpers import BrokerProcess, access_stats, close_client
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
@@ -88,14 +85,6 @@ def restart(broker: BrokerProcess, how: str, routes: list[Route]) -> None:
         r.follow()
 
 
-def access_stats(broker: BrokerProcess, topic: str) -> dict[str, Any]:
-    path = topic.removeprefix("persistent://")
-    url = f"http://127.0.0.1:{broker.web_port}/admin/v2/persistent/{path}/stats"
-    with urllib.request.urlopen(url) as response:
-        access: dict[str, Any] = json.loads(response.read())["producerAccess"]
-    return access
-
-
 def read_all(broker: BrokerProcess, topic: str) -> list[bytes]:
     client = pulsar.Client(broker.url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     try:
@@ -123,7 +112,7 @@ def test_holder_reclaims_its_topic_after_a_restart(
     holder.send(b"before")
     restart(broker, how, routes)
     holder.send(b"after")  # reconnects with epoch 0 and keeps the topic
-    stats = access_stats(broker, topic)
+    stats = access_stats(broker.http, topic)
     assert stats["exclusiveHolder"] == "holder"
     assert stats["topicEpoch"] == 0
     assert stats["durableTopicEpoch"] == 0
@@ -147,7 +136,7 @@ def test_previous_holder_is_fenced_for_good_once_a_newer_one_took_the_topic(
     with pytest.raises(pulsar.ProducerFenced):
         old.send(b"old-late")
     new.send(b"new-1")  # the newer holder reclaims with its epoch
-    stats = access_stats(broker, topic)
+    stats = access_stats(broker.http, topic)
     assert stats["exclusiveHolder"] == "new"
     assert stats["topicEpoch"] == 1
     assert stats["durableTopicEpoch"] == 1
@@ -168,9 +157,9 @@ def test_epoch_told_to_a_producer_survives_sigkill_right_after(
     broker.restart()
     for r in routes:
         r.follow()
-    assert access_stats(broker, topic)["topicEpoch"] == 4
+    assert access_stats(broker.http, topic)["topicEpoch"] == 4
     producers[-1].send(b"last")  # epoch 4 is the current one: reclaimed
     with pytest.raises(pulsar.ProducerFenced):
         producers[-2].send(b"previous")
-    assert access_stats(broker, topic)["exclusiveHolder"] == "p4"
+    assert access_stats(broker.http, topic)["exclusiveHolder"] == "p4"
     assert read_all(broker, topic) == [b"last"]
