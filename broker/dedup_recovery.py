@@ -77,8 +77,22 @@ def recover_dedup(
         snapshot, config=config, snapshot_position=snapshot_position
     )
     records: list[tuple[str, int, int]] = []
-    for _position, entry in ledger.iter_entries(replay_from):
-        meta = parse_entry_metadata(entry)
+    for position, entry in ledger.iter_entries(replay_from):
+        try:
+            meta = parse_entry_metadata(entry)
+        except RemoteProtocolError as exc:
+            # Written by an older build, or damaged in a way the CRC cannot see: it holds no
+            # id dedup could match, and refusing the load would make the whole topic unusable.
+            log.warning(
+                "%s: dedup replay skips unreadable entry %s: %s", ledger.directory, position, exc
+            )
+            dedup.note_unreadable_entry()
+            continue
+        if meta.is_partial_chunk:
+            dedup.replay(records)
+            records = []
+            dedup.replay_chunk(meta.producer_name, meta.sequence_id, meta.chunk_id)
+            continue
         high = batch_highest_sequence_id(
             meta.sequence_id, meta.highest_sequence_id, meta.num_messages
         )

@@ -46,6 +46,7 @@ __all__ = [
     "ConsumerBusy",
     "ConsumerNotFound",
     "IncompatibleSchema",
+    "InvalidMessageMetadata",
     "InvalidTopicName",
     "InvalidTxnStatus",
     "MetadataError",
@@ -58,6 +59,7 @@ __all__ = [
     "ServiceNotReady",
     "SubscriptionNotFound",
     "TooManyRequests",
+    "TopicDamaged",
     "TopicNotFound",
     "TopicTerminated",
     "TransactionConflict",
@@ -145,6 +147,16 @@ class ChecksumError(BrokerError):
     server_error = ServerError.ChecksumError
 
 
+class InvalidMessageMetadata(ChecksumError):
+    """The message metadata is malformed.
+
+    Reported with ChecksumError's code on purpose: it is the one SEND_ERROR code on which the
+    official clients fail just that message (C++ ``removeCorruptMessage``) and keep the
+    producer; any other code makes them reconnect and resend the same bytes until the send
+    timeout. The message text names the actual problem.
+    """
+
+
 class UnsupportedVersion(BrokerError):
     """The client's protocol version or the requested feature is not supported."""
 
@@ -209,6 +221,23 @@ class ProducerFenced(BrokerError):
     """Another producer holds exclusive access to the topic (PIP-68)."""
 
     server_error = ServerError.ProducerFenced
+
+
+class TopicDamaged(NotAllowed):
+    """The topic's storage is damaged; it is refused until an operator repairs it.
+
+    Reported with NotAllowedError's code on purpose. Pulsar answers a managed-ledger open
+    failure with PersistenceError, but the official clients retry that code (C++
+    `isResultRetryable`, Java `isRetriableError`) until their operation timeout and then report
+    only `Timeout`: the reason never reaches the application. NotAllowedError is one they fail
+    on at once, for lookups, producers, consumers and readers alike, and they log the message,
+    which names the damaged file and offset. Retrying could not help: nothing changes until
+    `magnetar repair-topic` runs. `damage` holds the details for the admin API.
+    """
+
+    def __init__(self, message: str, damage: Mapping[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.damage: dict[str, object] = dict(damage or {})
 
 
 # --- codes the broker does not raise today -------------------------------------------------

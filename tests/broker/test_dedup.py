@@ -555,6 +555,7 @@ def test_t2_clear_forgets_everything_and_restarts_tracking(
         "state": "ready",
         "tracked_producers": 0,
         "connected_producers": 1,
+        "chunked_messages_in_flight": 0,
         "inactive_producers": 0,
         "accepted": 0,
         "duplicates_dropped": 0,
@@ -563,6 +564,7 @@ def test_t2_clear_forgets_everything_and_restarts_tracking(
         "write_failures": 0,
         "purged_producers": 0,
         "replayed_entries": 0,
+        "unreadable_entries_skipped": 0,
         "recovery_seconds": None,
         "entries_since_snapshot": 0,
         "last_persisted_position": None,
@@ -753,3 +755,116 @@ def test_recovery_rebuilds_the_persisted_marks_of_the_log(ops: list[Op]) -> None
             # pushed = the highest id stored or still in flight, -1 if neither.
             marks = [m for m in (model.get(name), world.in_flight_mark(name)) if m is not None]
             assert dedup.last_sequence_id(name) == max(marks, default=-1)
+
+
+# --------------------------------------------------------------------------- chunked messages
+
+
+def publish_chunk(
+    dedup: MessageDeduplication[tuple[int, int]],
+    log: FakeLog,
+    name: str,
+    seq: int,
+    chunk: int,
+    chunks: int,
+) -> DedupResult:
+    """check_chunk + (when new) a successful durable write, as the topic does it."""
+    last = chunk == chunks - 1
+    result = dedup.check_chunk(name, seq, chunk, last)
+    if result is NOT_DUP:
+        if last:
+            dedup.on_persisted(name, seq, log.position())
+        else:
+            dedup.on_chunk_persisted(name, seq, chunk, log.position())
+    return result
+
+
+def test_chunks_of_one_message_share_its_sequence_id(
+    dedup: MessageDeduplication[tuple[int, int]], log: FakeLog
+) -> None:
+    """Java's bug this fixes: later chunks reuse the id and must not be answered DUP."""
+    assert [publish_chunk(dedup, log, "p", 7, c, 3) for c in range(3)] == [NOT_DUP] * 3
+    assert dedup.last_sequence_id("p") == 7
+    assert dedup.highest_persisted == {"p": 7}
+    assert dedup.stats()["chunked_messages_in_flight"] == 0
+
+
+def test_the_mark_moves_only_with_the_last_chunk(
+    dedup: MessageDeduplication[tuple[int, int]], log: FakeLog
+) -> None:
+    publish(dedup, log, "p", 6)
+    publish_chunk(dedup, log, "p", 7, 0, 3)
+    publish_chunk(dedup, log, "p", 7, 1, 3)
+    assert dedup.last_sequence_id("p") == 6
+    assert dedup.highest_persisted == {"p": 6}
+
+
+def test_a_whole_chunked_message_resent_is_stored_once(
+    dedup: MessageDeduplication[tuple[int, int]], log: FakeLog
+) -> None:
+    for chunk in range(3):
+        publish_chunk(dedup, log, "p", 7, chunk, 3)
+    assert [publish_chunk(dedup, log, "p", 7, c, 3) for c in range(3)] == [DUP] * 3
+
+
+def test_a_resend_after_a_partial_write_stores_only_the_missing_chunks(
+    dedup: MessageDeduplication[tuple[int, int]], log: FakeLog
+) -> None:
+    """Chunks 0-1 durable, the rest lost with the broker: the client resends 0-3."""
+    publish_chunk(dedup, log, "p", 7, 0, 4)
+    publish_chunk(dedup, log, "p", 7, 1, 4)
+    results = [publish_chunk(dedup, log, "p", 7, c, 4) for c in range(4)]
+    assert results == [DUP, DUP, NOT_DUP, NOT_DUP]
+    assert dedup.highest_persisted == {"p": 7}
+
+
+def test_a_chunk_in_flight_is_unknown(dedup: MessageDeduplication[tuple[int, int]]) -> None:
+    assert dedup.check_chunk("p", 7, 0, False) is NOT_DUP  # not durable yet
+    assert dedup.check_chunk("p", 7, 0, False) is UNKNOWN
+    assert dedup.check_chunk("p", 7, 1, False) is NOT_DUP
+
+
+def test_a_failed_write_rolls_chunk_progress_back(
+    dedup: MessageDeduplication[tuple[int, int]], log: FakeLog
+) -> None:
+    publish_chunk(dedup, log, "p", 7, 0, 3)
+    assert dedup.check_chunk("p", 7, 1, False) is NOT_DUP
+    dedup.on_write_failed()
+    assert dedup.check_chunk("p", 7, 0, False) is DUP
+    assert dedup.check_chunk("p", 7, 1, False) is NOT_DUP  # the client's resend is stored
+
+
+def test_a_new_message_after_an_abandoned_chunked_one(
+    dedup: MessageDeduplication[tuple[int, int]], log: FakeLog
+) -> None:
+    publish_chunk(dedup, log, "p", 7, 0, 3)
+    assert publish(dedup, log, "p", 8) is NOT_DUP  # the client gave message 7 up
+    assert publish_chunk(dedup, log, "p", 7, 1, 3) is DUP  # below the mark now
+    assert dedup.stats()["chunked_messages_in_flight"] == 0
+
+
+def test_chunk_progress_survives_snapshot_and_replay(log: FakeLog) -> None:
+    dedup: MessageDeduplication[tuple[int, int]] = MessageDeduplication()
+    publish(dedup, log, "p", 6)
+    publish_chunk(dedup, log, "p", 7, 0, 4)
+    snapshot = dedup.snapshot()
+    assert all(isinstance(v, int) for v in snapshot.values())
+    recovered: MessageDeduplication[tuple[int, int]] = MessageDeduplication.begin_recovery(snapshot)
+    recovered.replay_chunk("p", 7, 1)  # written after the snapshot
+    recovered.finish_recovery(now=0.0)
+    assert recovered.highest_persisted == {"p": 6}
+    assert [publish_chunk(recovered, log, "p", 7, c, 4) for c in range(4)] == [
+        DUP,
+        DUP,
+        NOT_DUP,
+        NOT_DUP,
+    ]
+
+
+def test_replay_drops_progress_of_a_message_completed_later(log: FakeLog) -> None:
+    recovered: MessageDeduplication[tuple[int, int]] = MessageDeduplication.begin_recovery({})
+    recovered.replay_chunk("p", 7, 0)
+    recovered.replay([("p", 7, 7)])
+    recovered.finish_recovery(now=0.0)
+    assert recovered.stats()["chunked_messages_in_flight"] == 0
+    assert recovered.check_chunk("p", 7, 0, False) is DUP
