@@ -5,8 +5,10 @@
 * it closes fenced producers (CLOSE_PRODUCER) and fails fenced waiters as soon as the decision is
   taken: the state machine has already stopped them at the data path (``may_publish``);
 * before an exclusive producer is told it holds the topic (PRODUCER_SUCCESS, or the second
-  PRODUCER_SUCCESS of a promoted WaitForExclusive waiter) it waits until every entry appended by
-  earlier writers is durable, then makes the topic epoch durable in the ledger properties;
+  PRODUCER_SUCCESS of a promoted WaitForExclusive waiter) it waits until every entry the topic
+  accepted from earlier writers is settled (durable, or failed back to its client; the topic's
+  ``WriteBarrier``, woken by the group commit itself), then makes the topic epoch durable in the
+  ledger properties;
 * it pings an old connection before evicting a same-name producer (Java
   ``checkConnectionLiveness``).
 
@@ -16,8 +18,9 @@ Invariants
     * The stored epoch never decreases: writes are serialized and a write never lowers it, even
       when two grants persist concurrently.
     * Complete prefix: when a new holder is told it holds the topic, everything an earlier writer
-      managed to append is durable, so a reader it starts sees the whole log its predecessors
-      left (the PIP-68 "rebuild state, then write" pattern depends on this).
+      got accepted (staged or appended) is durable or failed, so a reader it starts sees the
+      whole log its predecessors left (the PIP-68 "rebuild state, then write" pattern depends on
+      this), and none of their entries becomes durable after the grant (issue #10, item 4).
     * A producer that lost the topic while its grant was being persisted is never told it holds
       the topic: it gets ProducerFenced instead.
     * If a grant cannot be persisted, the producer is withdrawn (and the next waiter, if any, is
@@ -42,18 +45,16 @@ from broker.producer_access import (
     Rejected,
 )
 from broker.storage import Ledger
+from broker.write_barrier import WriteBarrier
 
 log = logging.getLogger(__name__)
 
 TOPIC_EPOCH_PROPERTY = "pulsar.topic_epoch"
 
-# How long a grant waits for the previous writers' entries to become durable.  The group commit
+# How long a grant waits for the previous writers' entries to settle.  The group commit
 # normally takes milliseconds; this only bounds a stuck flush, after which the request fails with
 # PersistenceError (retryable) rather than hanging.
 PREVIOUS_WRITES_TIMEOUT_S = 10.0
-# The ledger has no completion hook the registry can await, so it polls the durable position;
-# one poll per millisecond, only while a grant is waiting for earlier writes.
-_DURABLE_POLL_S = 0.001
 
 
 class ProducerSink(Protocol):
@@ -93,8 +94,10 @@ class Producer:
 class ProducerRegistry:
     """Admission and removal of the producers of one topic (see the module docstring)."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: Ledger, writes: WriteBarrier) -> None:
+        """``writes`` is the topic's barrier over the entries it accepted (staged or appended)."""
         self._ledger = ledger
+        self._writes = writes
         stored = ledger.properties.get(TOPIC_EPOCH_PROPERTY)
         self.access: ProducerAccess[Producer] = ProducerAccess(stored)
         #: Admitted producers and queued waiters (the topic's "publishers").
@@ -210,13 +213,14 @@ class ProducerRegistry:
     def _fence(self, producer: Producer) -> None:
         producer.fenced = True
         self.producers.discard(producer)
-        self.access.remove(producer)  # already out of the state machine: a no-op
+        self.access.remove(producer)  # already out of the state machine: only forgets it
         producer.sink.close_producer(producer)
 
     def _fail_waiters(self, waiters: tuple[Producer, ...], message: str) -> None:
         for waiter in waiters:
             waiter.fenced = True
             self.producers.discard(waiter)
+            self.access.remove(waiter)  # out of the state machine already: only forgets it
             waiter.sink.producer_failed(waiter, ProducerFenced(message))
 
     async def _promote(self, promotion: Promotion[Producer]) -> None:
@@ -257,26 +261,17 @@ class ProducerRegistry:
         await self._persist_epoch(epoch)
 
     async def _previous_writes_durable(self) -> None:
-        """Wait until every entry appended so far is durable (or was dropped by a failed flush).
+        """Wait until every entry accepted so far is durable (or failed back to its client).
 
         Called when an exclusive producer is granted the topic: earlier writers can no longer
-        append (the state machine stopped them), so this waits only for their last group commit.
+        get an entry accepted (the state machine stopped them at ``may_publish`` before this
+        runs), so this waits for the group commits that hold their last entries, staged ones
+        included.
         """
-        target = self._ledger.last_position
-        if target is None:
-            return
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + PREVIOUS_WRITES_TIMEOUT_S
-        while True:
-            durable = self._ledger.last_confirmed_position
-            if durable is not None and durable >= target:
-                return
-            appended = self._ledger.last_position
-            if appended is None or appended < target:
-                return  # a failed flush dropped them: they will never be stored
-            if loop.time() >= deadline:
-                raise PersistenceError("Earlier writes to the topic are not durable yet")
-            await asyncio.sleep(_DURABLE_POLL_S)
+        try:
+            await asyncio.wait_for(self._writes.wait_for_accepted(), PREVIOUS_WRITES_TIMEOUT_S)
+        except TimeoutError:
+            raise PersistenceError("Earlier writes to the topic are not durable yet") from None
 
     async def _persist_epoch(self, epoch: int) -> None:
         """Make ``epoch`` durable (atomic properties file + fsync) unless a higher one already is.

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-import broker.producer
 from broker.errors import BrokerError, PersistenceError, ProducerBusy, ProducerFenced
 from broker.producer import TOPIC_EPOCH_PROPERTY, Producer, ProducerRegistry
 from broker.producer_access import AccessMode
 from broker.storage import Ledger, LedgerConfig, OsFileLayer
 from broker.storage.metadata import METADATA_FILE_NAME
+from broker.write_barrier import WriteBarrier
 
 SHARED = AccessMode.Shared
 EXCLUSIVE = AccessMode.Exclusive
@@ -142,7 +142,7 @@ async def settle() -> None:
 async def test_epoch_is_on_disk_before_the_producer_is_admitted(
     ledger: Ledger, gate: MetaGate, tmp_path: Path, mode: AccessMode
 ) -> None:
-    registry = ProducerRegistry(ledger)
+    registry = ProducerRegistry(ledger, WriteBarrier())
     p1 = producer("p1", mode)
     gate.hold()
     admit = asyncio.create_task(registry.add(p1, None))
@@ -163,7 +163,7 @@ async def test_epoch_is_on_disk_before_the_producer_is_admitted(
 async def test_promotion_is_told_only_after_its_epoch_is_on_disk(
     ledger: Ledger, gate: MetaGate
 ) -> None:
-    registry = ProducerRegistry(ledger)
+    registry = ProducerRegistry(ledger, WriteBarrier())
     holder, waiter = producer("holder", EXCLUSIVE), producer("waiter", WAIT)
     assert await registry.add(holder, None)
     assert await registry.add(waiter, None) is False
@@ -184,7 +184,7 @@ async def test_stored_epoch_is_read_back_and_lets_the_previous_holder_reclaim(
     tmp_path: Path,
 ) -> None:
     first = Ledger.open(tmp_path / "topic", LedgerConfig())
-    registry = ProducerRegistry(first)
+    registry = ProducerRegistry(first, WriteBarrier())
     assert await registry.add(producer("old", EXCLUSIVE), None)
     assert await registry.add(producer("new", FENCING), None)
     first.close()
@@ -192,7 +192,7 @@ async def test_stored_epoch_is_read_back_and_lets_the_previous_holder_reclaim(
     counting = MetaGate()
     reopened = Ledger.open(tmp_path / "topic", LedgerConfig(), file_layer=counting)
     try:
-        restored = ProducerRegistry(reopened)
+        restored = ProducerRegistry(reopened, WriteBarrier())
         assert restored.access.topic_epoch == 1
         assert restored.durable_epoch == 1
         # The fenced producer comes back with the epoch it was given: refused for good.
@@ -214,7 +214,7 @@ async def test_stored_epoch_is_read_back_and_lets_the_previous_holder_reclaim(
 async def test_concurrent_grants_never_lower_the_stored_epoch(
     ledger: Ledger, gate: MetaGate, tmp_path: Path
 ) -> None:
-    registry = ProducerRegistry(ledger)
+    registry = ProducerRegistry(ledger, WriteBarrier())
     slow, fencer = producer("slow", EXCLUSIVE), producer("fencer", FENCING)
     gate.hold()
     slow_admit = asyncio.create_task(registry.add(slow, None))
@@ -241,14 +241,20 @@ async def test_a_grant_persisted_late_never_overwrites_a_higher_epoch(
 ) -> None:
     """The lower epoch is decided first but reaches the disk last: the slow grant waits for an
     earlier write to become durable, and meanwhile a fencer takes over with nothing to wait for."""
-    monkeypatch.setattr(broker.producer, "_DURABLE_POLL_S", 0.3)
-    registry = ProducerRegistry(ledger)
+    writes = WriteBarrier()
+    registry = ProducerRegistry(ledger, writes)
     ledger.append(b"earlier")
+    writes.accepted()
     slow, fencer = producer("slow", EXCLUSIVE), producer("fencer", FENCING)
     slow_admit = asyncio.create_task(registry.add(slow, None))
-    await settle()  # epoch 0 decided; now polling for the earlier write
+    await settle()  # epoch 0 decided; now waiting for the earlier write
     await asyncio.to_thread(ledger.flush)
-    assert await registry.add(fencer, None)  # epoch 1, persisted at once
+    # The fencer asks before the group commit settles the earlier write, and waits for it
+    # too; the settle then wakes both grants, and the slow one's lower epoch must not win.
+    fencer_admit = asyncio.create_task(registry.add(fencer, None))
+    await settle()
+    writes.settled(1)
+    assert await fencer_admit  # epoch 1
     with pytest.raises(ProducerFenced):
         await slow_admit
     assert registry.durable_epoch == 1
@@ -259,7 +265,7 @@ async def test_a_grant_persisted_late_never_overwrites_a_higher_epoch(
 async def test_producer_removed_while_its_grant_is_persisted_is_not_admitted(
     ledger: Ledger, gate: MetaGate
 ) -> None:
-    registry = ProducerRegistry(ledger)
+    registry = ProducerRegistry(ledger, WriteBarrier())
     p1 = producer("p1", EXCLUSIVE)
     gate.hold()
     admit = asyncio.create_task(registry.add(p1, None))
@@ -275,7 +281,7 @@ async def test_producer_removed_while_its_grant_is_persisted_is_not_admitted(
 
 
 async def test_cancelled_grant_is_withdrawn(ledger: Ledger, gate: MetaGate) -> None:
-    registry = ProducerRegistry(ledger)
+    registry = ProducerRegistry(ledger, WriteBarrier())
     p1 = producer("p1", EXCLUSIVE)
     gate.hold()
     admit = asyncio.create_task(registry.add(p1, None))
@@ -293,7 +299,7 @@ async def test_promotion_survives_cancellation_of_the_remover(
 ) -> None:
     """The old holder's connection closes right after its CLOSE_PRODUCER: the task running the
     removal is cancelled half-way through the promotion, which must still complete."""
-    registry = ProducerRegistry(ledger)
+    registry = ProducerRegistry(ledger, WriteBarrier())
     holder, waiter = producer("holder", EXCLUSIVE), producer("waiter", WAIT)
     assert await registry.add(holder, None)
     assert await registry.add(waiter, None) is False
@@ -320,7 +326,7 @@ async def test_promotion_survives_cancellation_of_the_remover(
 async def test_failed_epoch_write_withdraws_the_producer(
     ledger: Ledger, gate: MetaGate, tmp_path: Path, mode: AccessMode
 ) -> None:
-    registry = ProducerRegistry(ledger)
+    registry = ProducerRegistry(ledger, WriteBarrier())
     p1 = producer("p1", mode)
     gate.fail_next()
     with pytest.raises(PersistenceError, match="topic epoch"):
@@ -340,7 +346,7 @@ async def test_failed_epoch_write_withdraws_the_producer(
 async def test_failed_fencing_grant_still_fences_the_old_holder(
     ledger: Ledger, gate: MetaGate
 ) -> None:
-    registry = ProducerRegistry(ledger)
+    registry = ProducerRegistry(ledger, WriteBarrier())
     old, waiter, fencer = producer("old", EXCLUSIVE), producer("w", WAIT), producer("f", FENCING)
     assert await registry.add(old, None)
     assert await registry.add(waiter, None) is False
@@ -357,7 +363,7 @@ async def test_failed_fencing_grant_still_fences_the_old_holder(
 
 
 async def test_failed_promotion_moves_on_to_the_next_waiter(ledger: Ledger, gate: MetaGate) -> None:
-    registry = ProducerRegistry(ledger)
+    registry = ProducerRegistry(ledger, WriteBarrier())
     holder, w1, w2 = producer("holder", EXCLUSIVE), producer("w1", WAIT), producer("w2", WAIT)
     assert await registry.add(holder, None)
     for waiter in (w1, w2):
@@ -376,22 +382,32 @@ async def test_failed_promotion_moves_on_to_the_next_waiter(ledger: Ledger, gate
 
 
 async def test_new_holder_waits_until_earlier_writes_are_durable(ledger: Ledger) -> None:
-    registry = ProducerRegistry(ledger)
+    writes = WriteBarrier()
+    registry = ProducerRegistry(ledger, writes)
     for i in range(3):
         ledger.append(f"earlier-{i}".encode())
+    writes.accepted(4)  # three appended, one still staged by the topic
     assert ledger.last_confirmed_position is None
     p1 = producer("p1", EXCLUSIVE)
     admit = asyncio.create_task(registry.add(p1, None))
     await asyncio.sleep(0.05)
     assert not admit.done()
     await asyncio.to_thread(ledger.flush)  # the topic's group commit
+    writes.settled(3)
+    await asyncio.sleep(0.05)
+    assert not admit.done()  # the staged write is not settled yet
+    ledger.append(b"staged")
+    await asyncio.to_thread(ledger.flush)
+    writes.settled(1)
     assert await asyncio.wait_for(admit, 5) is True
     assert ledger.last_confirmed_position == ledger.last_position
 
 
 async def test_shared_producers_do_not_wait_for_earlier_writes(ledger: Ledger) -> None:
-    registry = ProducerRegistry(ledger)
+    writes = WriteBarrier()
+    registry = ProducerRegistry(ledger, writes)
     ledger.append(b"pending")
+    writes.accepted()
     assert await asyncio.wait_for(registry.add(producer("s", SHARED), None), 1) is True
     assert ledger.last_confirmed_position is None
 
@@ -414,14 +430,17 @@ async def test_writes_dropped_by_a_failed_flush_do_not_block_the_grant(tmp_path:
         tmp_path / "topic", LedgerConfig(), file_layer=FailingEntryWrites(b"doomed")
     )
     try:
-        registry = ProducerRegistry(ledger)
+        writes = WriteBarrier()
+        registry = ProducerRegistry(ledger, writes)
         ledger.append(b"doomed")
+        writes.accepted()
         p1 = producer("p1", EXCLUSIVE)
         admit = asyncio.create_task(registry.add(p1, None))
         await asyncio.sleep(0.02)
         assert not admit.done()
         with pytest.raises(OSError):
             await asyncio.to_thread(ledger.flush)
+        writes.settled(1)  # the topic fails the write back to its client: settled
         assert await asyncio.wait_for(admit, 5) is True
         assert ledger.last_confirmed_position is None  # nothing was stored, nothing waited on
     finally:
@@ -433,7 +452,7 @@ async def test_writes_dropped_by_a_failed_flush_do_not_block_the_grant(tmp_path:
 
 @pytest.mark.parametrize("mode", [SHARED, EXCLUSIVE, WAIT])
 async def test_same_name_on_a_dead_connection_is_evicted(ledger: Ledger, mode: AccessMode) -> None:
-    registry = ProducerRegistry(ledger)
+    registry = ProducerRegistry(ledger, WriteBarrier())
     old = producer("app", mode, RecordingSink(alive=False))
     assert await registry.add(old, None)
     new = producer("app", mode)
@@ -450,7 +469,7 @@ async def test_same_name_on_a_dead_connection_is_evicted(ledger: Ledger, mode: A
 async def test_same_name_on_a_live_connection_is_kept(
     ledger: Ledger, mode: AccessMode, error: type[BrokerError] | None
 ) -> None:
-    registry = ProducerRegistry(ledger)
+    registry = ProducerRegistry(ledger, WriteBarrier())
     old = producer("app", mode, RecordingSink(alive=True))
     assert await registry.add(old, None)
     new = producer("app", mode)
@@ -472,7 +491,7 @@ async def test_same_name_on_a_live_connection_is_kept(
 async def test_increment_epoch_fences_the_holder_and_persists(
     ledger: Ledger, tmp_path: Path
 ) -> None:
-    registry = ProducerRegistry(ledger)
+    registry = ProducerRegistry(ledger, WriteBarrier())
     holder = producer("holder", EXCLUSIVE)
     assert await registry.add(holder, None)
     assert await registry.increment_epoch() == 1
@@ -486,7 +505,7 @@ async def test_increment_epoch_fences_the_holder_and_persists(
 
 
 async def test_fencing_fails_waiters_and_forgets_them(ledger: Ledger) -> None:
-    registry = ProducerRegistry(ledger)
+    registry = ProducerRegistry(ledger, WriteBarrier())
     holder, w1, w2 = producer("holder", EXCLUSIVE), producer("w1", WAIT), producer("w2", WAIT)
     assert await registry.add(holder, None)
     for waiter in (w1, w2):
@@ -502,7 +521,7 @@ async def test_fencing_fails_waiters_and_forgets_them(ledger: Ledger) -> None:
 
 
 async def test_stats_show_epoch_holder_and_waiters(ledger: Ledger) -> None:
-    registry = ProducerRegistry(ledger)
+    registry = ProducerRegistry(ledger, WriteBarrier())
     assert registry.stats() == {
         "topicEpoch": None,
         "durableTopicEpoch": None,
