@@ -18,8 +18,8 @@ install: $(STAMP)
 run: install
 	$(VENV)/bin/magnetar standalone
 
-## test: install everything the suite needs, then run the whole suite (slow tests included)
-test: install
+## test: install everything the suite needs, lint (ruff, mypy strict), then run the whole suite
+test: install lint
 	$(PY) -m pytest
 
 test-fast: install
