@@ -18,7 +18,7 @@ from protocol import commands, pb
 from protocol.errors import ServerError
 from protocol.framing import Frame
 from tests.helpers import BrokerThread, close_client, new_client
-from tests.raw_session import RawSession
+from tests.raw_client import RawSession
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 T = pb.BaseCommand.Type

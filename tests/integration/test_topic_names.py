@@ -25,7 +25,7 @@ from protocol.framing import Frame
 from protocol.metadata import encode_entry
 from protocol.topic_name import TopicName
 from tests.helpers import BrokerThread, close_client, new_client
-from tests.raw_session import RawSession
+from tests.raw_client import RawSession
 
 pytestmark = [pytest.mark.integration]
 T = pb.BaseCommand.Type
@@ -142,7 +142,7 @@ def test_unsafe_topic_names_are_refused_on_every_command(broker: BrokerThread) -
         assert success.type == T.PRODUCER_SUCCESS
         metadata = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
         session.send(commands.send(900, 0, encode_entry(metadata, b"x")))
-        session.wait_for(lambda frame: frame.type == T.SEND_RECEIPT)
+        session.take(lambda frame: frame.type == T.SEND_RECEIPT)
         listed = session.request(commands.get_topics_of_namespace("public/default", 901), 901)
         assert list(listed.command.getTopicsOfNamespaceResponse.topics) == [valid]
 
