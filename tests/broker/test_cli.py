@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import logging
 import subprocess
 import sys
@@ -178,6 +179,162 @@ def test_standalone_lets_a_missing_server_dependency_surface(
     monkeypatch.setattr("broker.cli.importlib.import_module", fail_import)
     result = runner.invoke(main, ["standalone"])
     assert result.exception is error
+
+
+# --- magnetar repair-topic --------------------------------------------------------------------
+
+REPAIRED_TOPIC = "persistent://public/default/cut-me"
+
+
+def _damaged_topic(data: Path) -> tuple[Path, list[bytes]]:
+    """A topic with 3 sealed segments of 5 entries whose second segment has a flipped bit in
+    its third record. Returns the topic folder and the payloads a repair must keep."""
+    from broker.server import topic_directory
+    from broker.storage import Ledger, LedgerConfig
+    from protocol.topic_name import TopicName
+
+    directory = topic_directory(data, TopicName.parse(REPAIRED_TOPIC))
+    ledger = Ledger.open(directory, LedgerConfig(max_entries_per_ledger=5, preallocate_bytes=0))
+    payloads = [f"entry-{index:02d}".encode() for index in range(15)]
+    for payload in payloads:
+        ledger.append(payload)
+    ledger.flush()
+    ledger.close()
+    segment = directory / "00000000000000000002.seg"
+    data_bytes = bytearray(segment.read_bytes())
+    record = 20 + 2 * (8 + len(payloads[0]))  # header, then two records of 16 bytes
+    data_bytes[record + 10] ^= 0x04
+    segment.write_bytes(bytes(data_bytes))
+    return directory, payloads[:7]
+
+
+def _stored(directory: Path) -> list[bytes]:
+    from broker.storage import Ledger, LedgerConfig, Position
+
+    ledger = Ledger.open(directory, LedgerConfig())
+    try:
+        return [data for _, data in ledger.iter_entries(Position(0, -1))]
+    finally:
+        ledger.close()
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    """Every file's content, but the (empty, advisory) ledger lock file."""
+    return {
+        str(p): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name != "ledger.lock"
+    }
+
+
+def test_repair_topic_dry_run_reports_the_damage_and_changes_nothing(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    directory, _ = _damaged_topic(tmp_path / "data")
+    before = _files(tmp_path / "data")
+    result = runner.invoke(
+        main, ["repair-topic", REPAIRED_TOPIC, "--data-dir", str(tmp_path / "data")]
+    )
+    assert result.exit_code == 3, result.output
+    assert f"{directory / '00000000000000000002.seg'} at byte offset 52" in result.output
+    assert "keeps 7 entries (last entry kept: 2:1)" in result.output
+    assert "2:2..2:4: 3 entries, 48 bytes" in result.output
+    assert "3:0..3:4: 5 entries, 80 bytes" in result.output
+    assert "dry run: nothing was changed" in result.output
+    assert _files(tmp_path / "data") == before
+
+
+def test_repair_topic_truncates_to_the_valid_prefix_and_quarantines_the_rest(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    directory, kept = _damaged_topic(tmp_path / "data")
+    result = runner.invoke(
+        main,
+        [
+            "repair-topic",
+            REPAIRED_TOPIC,
+            "--set",
+            f"dataDir={tmp_path / 'data'}",
+            "--truncate-to-valid-prefix",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "repaired:" in result.output
+    assert _stored(directory) == kept
+    quarantine = tmp_path / "data" / "quarantine" / "persistent" / "public" / "default"
+    moved = sorted(p.name for p in quarantine.rglob("*") if p.is_file())
+    assert moved == ["00000000000000000002.seg.from-52", "00000000000000000003.seg", "repair.json"]
+
+    again = runner.invoke(
+        main, ["repair-topic", REPAIRED_TOPIC, "--data-dir", str(tmp_path / "data")]
+    )
+    assert again.exit_code == 0, again.output
+    assert "nothing to repair" in again.output
+
+
+def test_repair_topic_json_output(runner: CliRunner, tmp_path: Path) -> None:
+    _damaged_topic(tmp_path / "data")
+    result = runner.invoke(
+        main, ["repair-topic", REPAIRED_TOPIC, "--data-dir", str(tmp_path / "data"), "--json"]
+    )
+    assert result.exit_code == 3, result.output
+    report = json.loads(result.stdout)
+    assert report["status"] == "damaged"
+    assert report["dryRun"] is True
+    plan = report["plan"]
+    assert plan["damage"]["offset"] == 52
+    assert (plan["keptEntries"], plan["droppedEntries"]) == (7, 8)
+    assert [(d["ledgerId"], d["firstEntry"], d["lastEntry"]) for d in plan["dropped"]] == [
+        (2, 2, 4),
+        (3, 0, 4),
+    ]
+
+
+def test_repair_topic_refuses_a_topic_a_broker_holds(runner: CliRunner, tmp_path: Path) -> None:
+    from broker.storage.lock import LedgerLock
+
+    directory, _ = _damaged_topic(tmp_path / "data")
+    before = _files(tmp_path / "data")
+    lock = LedgerLock.try_acquire(directory)
+    assert lock is not None
+    try:
+        result = runner.invoke(
+            main,
+            [
+                "repair-topic",
+                REPAIRED_TOPIC,
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--truncate-to-valid-prefix",
+            ],
+        )
+    finally:
+        lock.release()
+    assert result.exit_code == 1
+    assert "loaded by a running broker" in result.output
+    assert _files(tmp_path / "data") == before
+
+
+def test_repair_topic_refuses_unknown_topics_bad_names_and_damaged_metadata(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    data = str(tmp_path / "data")
+    missing = runner.invoke(main, ["repair-topic", "nope", "--data-dir", data])
+    assert missing.exit_code == 1
+    assert "has no data" in missing.output
+
+    invalid = runner.invoke(main, ["repair-topic", "non-persistent://a/b/c", "--data-dir", data])
+    assert invalid.exit_code == 2
+
+    directory, _ = _damaged_topic(tmp_path / "data")
+    meta = directory / "ledger.meta"
+    meta.write_bytes(meta.read_bytes()[:-1] + b"?")
+    result = runner.invoke(
+        main, ["repair-topic", REPAIRED_TOPIC, "--data-dir", data, "--truncate-to-valid-prefix"]
+    )
+    assert result.exit_code == 1
+    assert f"cannot repair: {meta}" in result.output
+    assert "restore ledger.meta from a backup" in result.output
 
 
 # --- python -m broker -------------------------------------------------------------------------
