@@ -174,7 +174,7 @@ class ConsumerEndpoint:
             state = self._consumer_state(cmd.consumer_id)
             topic, subscription = state.topic, state.subscription
             if cmd.HasField("message_publish_time"):
-                target = topic.find_position_by_publish_time(cmd.message_publish_time)
+                target = await topic.find_position_by_publish_time(cmd.message_publish_time)
             elif cmd.HasField("message_id"):
                 target = topic.seek_target(MessageId.from_pb(cmd.message_id))
             else:
@@ -189,13 +189,14 @@ class ConsumerEndpoint:
     def on_get_last_message_id(self, frame: Frame) -> None:
         cmd = frame.command.getLastMessageId
         request_id = cmd.request_id
-        try:
+
+        async def get_last_message_id() -> None:
+            # Async: the last entry's batch index may have to be read from disk.
             state = self._consumer_state(cmd.consumer_id)
-        except BrokerError as exc:
-            self._conn.reply_error(request_id, exc)
-            return
-        last, mark_delete = state.topic.last_message_id(state.subscription)
-        self._conn.write(commands.get_last_message_id_response(request_id, last, mark_delete))
+            last, mark_delete = await state.topic.last_message_id(state.subscription)
+            self._conn.write(commands.get_last_message_id_response(request_id, last, mark_delete))
+
+        self._conn.request(request_id, get_last_message_id)
 
     def on_unsubscribe(self, frame: Frame) -> None:
         cmd = frame.command.unsubscribe

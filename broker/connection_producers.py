@@ -11,6 +11,9 @@ Rules kept here:
    future is done: a duplicate's immediate ``-1:-1`` waits behind an earlier pending write.
 3. Past ``maxPendingPublishRequestsPerConnection`` receipts outstanding, reading pauses; it
    resumes at half of that.
+4. Nothing unparseable is stored: an entry whose checksum fails, or whose metadata does not
+   parse, lacks a required field or contradicts the SEND (`SendEntryChecker`), gets a
+   SEND_ERROR in its turn, and the producer and the connection stay usable.
 """
 
 from __future__ import annotations
@@ -23,14 +26,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from broker.dedup import batch_highest_sequence_id
-from broker.errors import BrokerError, ProducerFenced, to_wire
+from broker.errors import (
+    BrokerError,
+    ChecksumError,
+    InvalidMessageMetadata,
+    ProducerFenced,
+    to_wire,
+)
 from broker.producer import Producer
 from broker.producer_access import AccessMode
 from broker.storage import Position
 from protocol import commands, pb
-from protocol.errors import ServerError
+from protocol.errors import RemoteProtocolError
 from protocol.framing import Frame
-from protocol.ids import MessageId
+from protocol.ids import I64_MAX, MessageId, from_u64, to_u64
+from protocol.metadata import ChunkInfo, SendEntryChecker
 
 if TYPE_CHECKING:
     from broker.connection import ServerConnection
@@ -64,6 +74,7 @@ class ProducerEndpoint:
         self._producers: dict[int, _ProducerState] = {}
         self._closing_producers: set[_ProducerState] = set()
         self._pending_publishes = 0
+        self._entry_checker = SendEntryChecker()
 
     def handlers(self) -> dict[int, Callable[[Frame], None]]:
         return {
@@ -94,6 +105,10 @@ class ProducerEndpoint:
 
     async def _create_producer(self, cmd: pb.CommandProducer, request_id: int) -> None:
         topic_name = self._conn.parse_topic(cmd.topic)
+        if cmd.HasField("topic_epoch") and cmd.topic_epoch > I64_MAX:
+            # Java reads this uint64 as a long: negative, so older than any epoch. Adopting it
+            # would let the epoch pass 2**64 - 1, which no PRODUCER_SUCCESS can carry.
+            raise ProducerFenced("Topic epoch has already moved")
         existing = self._producers.get(cmd.producer_id)
         if existing is not None:
             # Java answers a duplicate PRODUCER for a live producer id with success again.
@@ -101,7 +116,7 @@ class ProducerEndpoint:
             return
         topic = await self._service.get_topic(topic_name, create=True)
         if cmd.HasField("schema"):
-            self._service.schemas.put(topic_name.full_name, cmd.schema.SerializeToString())
+            await self._service.schemas.put(topic_name.full_name, cmd.schema.SerializeToString())
         user_named = cmd.HasField("producer_name") and bool(cmd.producer_name)
         name = cmd.producer_name if user_named else self._service.generate_producer_name()
         producer = Producer(
@@ -139,11 +154,14 @@ class ProducerEndpoint:
             )
 
     def _send_producer_success(self, producer: Producer, topic: Topic, request_id: int) -> None:
+        # Sequence ids arrive as uint64 and dedup keeps them so; the reply's field is an int64
+        # (Java's long): send the same 64 bits, or an id >= 2**63 could never be answered.
+        last_sequence_id = from_u64(to_u64(topic.last_sequence_id(producer.name)))
         self._conn.write(
             commands.producer_success(
                 request_id,
                 producer.name,
-                last_sequence_id=topic.last_sequence_id(producer.name),
+                last_sequence_id=last_sequence_id,
                 topic_epoch=producer.topic_epoch,
                 producer_ready=True,
             )
@@ -174,25 +192,17 @@ class ProducerEndpoint:
             # Java drops SENDs of producers it just closed; the client resends after reconnect.
             return
         sequence_id = cmd.sequence_id
-        if not frame.checksum_valid:
-            self._conn.write(
-                commands.send_error(
-                    cmd.producer_id,
-                    sequence_id,
-                    ServerError.ChecksumError,
-                    "Checksum failed on the broker",
-                )
-            )
-            return
         entry = frame.entry
         assert entry is not None
+        num_messages = cmd.num_messages  # the proto default is 1
         highest = batch_highest_sequence_id(
             sequence_id,
             cmd.highest_sequence_id if cmd.HasField("highest_sequence_id") else None,
-            cmd.num_messages if cmd.HasField("num_messages") else 1,
+            num_messages,
         )
         try:
-            future = state.topic.publish(state.producer, sequence_id, highest, entry)
+            chunk = self._check_entry(frame, entry, num_messages)
+            future = state.topic.publish(state.producer, sequence_id, highest, entry, chunk)
         except ProducerFenced:
             # PIP-68: nothing from a fenced producer reaches the ledger; the client learns it
             # on reconnect (its stale topic epoch is refused with ProducerFenced).
@@ -207,6 +217,15 @@ class ProducerEndpoint:
         if self._pending_publishes >= self._config.max_pending_publish_requests_per_connection:
             self._conn.pause_reading()
         future.add_done_callback(functools.partial(self._receipt_ready, state))
+
+    def _check_entry(self, frame: Frame, entry: bytes, num_messages: int) -> ChunkInfo | None:
+        """Refuse an entry that must not be stored (rule 4); its chunk facts otherwise."""
+        if not frame.checksum_valid:
+            raise ChecksumError("Checksum failed on the broker")
+        try:
+            return self._entry_checker.check(entry, num_messages)
+        except RemoteProtocolError as exc:
+            raise InvalidMessageMetadata(f"Invalid message metadata: {exc}") from None
 
     def _receipt_ready(self, state: _ProducerState, _future: asyncio.Future[Any]) -> None:
         self._drain_receipts(state)

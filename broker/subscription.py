@@ -23,6 +23,10 @@ Rules this module keeps:
    when indexes are skipped and delivery never stalls.
 5. Nothing here does socket I/O: messages go out through ``ConsumerSink``; timers through a
    ``Scheduler`` (the event loop).
+6. Dispatch never waits for the disk: entries come from ``broker.entry_loader.EntryLoader``,
+   at once when the entry cache holds them (tailing consumers), else from a read in a disk
+   thread, after which dispatch runs again. A pass that needs a replayed entry from disk stops
+   there, so nothing newer overtakes it (rule 2).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from enum import IntEnum
 from typing import Protocol
 
 from broker.consumer import Consumer
+from broker.entry_loader import ON_DISK, EntryLoader, EntryReads, Scheduler, TimerHandle
 from broker.errors import ConsumerBusy, NotAllowed
 from broker.key_shared import AutoSplitRanges, sticky_key_hash
 from broker.storage import Cursor, Position, StorageError
@@ -55,24 +60,13 @@ class SubType(IntEnum):
     Key_Shared = 3
 
 
-class TimerHandle(Protocol):
-    def cancel(self) -> None: ...
+class EntrySource(EntryReads, Protocol):
+    """What a subscription reads from its topic (implemented by ``broker.topic.Topic``): entries
+    from memory or, off the loop, from disk (``EntryReads``), and facts about them."""
 
-
-class Scheduler(Protocol):
-    def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle: ...
-
-
-class EntrySource(Protocol):
-    """What a subscription reads from its topic (implemented by ``broker.topic.Topic``)."""
-
-    def read_entries(
-        self, position: Position, max_entries: int, max_bytes: int
-    ) -> list[tuple[Position, bytes]]: ...
-
-    def read_entry(self, position: Position) -> bytes | None: ...
-
-    def entry_metadata(self, position: Position, entry: bytes) -> EntryMetadata: ...
+    def entry_metadata(self, position: Position, entry: bytes) -> EntryMetadata | None:
+        """The entry's metadata, or None for an entry whose metadata does not parse."""
+        ...
 
     def next_position(self, position: Position) -> Position: ...
 
@@ -94,6 +88,7 @@ class SubscriptionStats:
     msg_out: int = 0
     msg_redelivered: int = 0
     delayed: int = 0
+    unreadable_skipped: int = 0
     stats_extra: dict[str, int] = field(default_factory=dict)
 
 
@@ -165,6 +160,15 @@ class Subscription:
         self._dispatching = False
         self._keep_when_empty = False
         self._closed = False
+        self._entries = EntryLoader(
+            name,
+            source,
+            scheduler,
+            self.schedule_dispatch,
+            self._read_budget,
+            max_entries=limits.max_read_entries,
+            max_bytes=limits.max_read_bytes,
+        )
 
     # ------------------------------------------------------------------ consumers
 
@@ -317,6 +321,7 @@ class Subscription:
             self._release(flight, position)
         self._redelivery_counts.pop(position, None)
         self._replay_set.discard(position)
+        self._entries.release(position)
 
     @staticmethod
     def _release(flight: _InFlight, position: Position) -> None:
@@ -363,6 +368,7 @@ class Subscription:
         self._redelivery_counts.clear()
         self._delayed.clear()
         self._delayed_set.clear()
+        self._entries.invalidate()  # a read still in flight is for the old position
         # A reader's subscription survives the seek disconnect (the client re-subscribes).
         self._keep_when_empty = True
 
@@ -388,14 +394,16 @@ class Subscription:
             self._dispatching = False
 
     def dispatch(self) -> None:
-        """Send as much as permits and socket buffers allow."""
+        """Send as much as permits and socket buffers allow (rule 6: without waiting)."""
         if not self.consumers:
             return
-        self._dispatch_replay()
-        self._dispatch_new()
+        if self._dispatch_replay():
+            self._dispatch_new()
 
-    def _dispatch_replay(self) -> None:
+    def _dispatch_replay(self) -> bool:
+        """Redeliver what is due; False if a replayed entry is being read from disk."""
         deferred: list[Position] = []
+        waiting = False
         while self._replay and self._any_consumer_ready():
             position = heapq.heappop(self._replay)
             if position not in self._replay_set:
@@ -403,26 +411,31 @@ class Subscription:
             if self.cursor.is_deleted(position):
                 self._replay_set.discard(position)
                 continue
-            entry = self._source.read_entry(position)
+            entry = self._entries.entry(position)
+            if entry is ON_DISK:
+                deferred.append(position)
+                waiting = True
+                break
             if entry is None:
                 self._replay_set.discard(position)
                 continue
             if not self._deliver(position, entry, from_replay=True):
+                self._entries.hold(position, entry)
                 deferred.append(position)
                 if self.sub_type != SubType.Key_Shared:
                     break
             else:
+                self._entries.release(position)
                 self._replay_set.discard(position)
         for position in deferred:
             heapq.heappush(self._replay, position)
+        return not waiting
 
     def _dispatch_new(self) -> None:
         while self._any_consumer_ready():
-            batch = self._source.read_entries(
-                self._read_position, self._limits.max_read_entries, self._limits.max_read_bytes
-            )
+            batch = self._entries.batch(self._read_position)
             if not batch:
-                return
+                return  # the end, or a disk read that dispatches again when it completes
             for position, entry in batch:
                 if not self._any_consumer_ready():
                     return
@@ -434,6 +447,14 @@ class Subscription:
                 if not self._deliver(position, entry, from_replay=False):
                     self._add_replay(position)
 
+    def _read_budget(self) -> int:
+        """How many entries are worth reading from disk now: no more than the consumers that
+        would get them have permits for (Java: ``min(permits, dispatcherMaxReadBatchSize)``)."""
+        if self.sub_type in (SubType.Exclusive, SubType.Failover):
+            active = self.active_consumer()
+            return active.permits if active is not None else 0
+        return sum(c.permits for c in self.consumers if c.permits > 0)
+
     def _any_consumer_ready(self) -> bool:
         if self.sub_type in (SubType.Exclusive, SubType.Failover):
             active = self.active_consumer()
@@ -443,6 +464,14 @@ class Subscription:
     def _deliver(self, position: Position, entry: bytes, *, from_replay: bool) -> bool:
         """Try to send one entry; False means "keep it for later" (no consumer can take it)."""
         metadata = self._source.entry_metadata(position, entry)
+        if metadata is None:
+            # Unreadable (an older build's write, or damage the CRC cannot see): it can never
+            # be delivered, so it is acknowledged here rather than left to hold back the
+            # mark-delete and every message after it. The topic logged and counted it.
+            self.cursor.delete([position])
+            self._forget(position)
+            self.stats.unreadable_skipped += 1
+            return True
         if self._should_delay(position, metadata):
             return True
         batch_size = max(1, metadata.num_messages)
@@ -553,6 +582,7 @@ class Subscription:
         if self._closed:
             return
         self._closed = True
+        self._entries.close()
         if self._delayed_timer is not None:
             self._delayed_timer.cancel()
             self._delayed_timer = None
@@ -573,6 +603,7 @@ class Subscription:
             "msgOutCounter": self.stats.msg_out,
             "msgRedeliverCounter": self.stats.msg_redelivered,
             "msgDelayed": len(self._delayed_set),
+            "unreadableEntriesSkipped": self.stats.unreadable_skipped,
             "markDeletePosition": str(self.cursor.mark_delete_position),
             "readPosition": str(self._read_position),
             "consumers": [

@@ -25,9 +25,12 @@ Publishing (the hot path, see docs/CONTRACTS.md and aesthetics §3 "SEND"):
      lift the high-water mark above 10, and the resend of 10 after the reconnect would then be
      answered as a duplicate: lost. Refusing them makes the client resend 10, 11, 12 in order.
 
-Thread-safety: everything here runs on the event loop, except the ledger flush and the periodic
-cursor persistence (worker threads) and the load/recovery step (worker thread, before the topic
-is visible to anybody).
+Thread-safety: everything here runs on the event loop, except the ledger flush (asyncio's default
+executor: a receipt never queues behind reads, see broker/blocking.py), the disk work of
+``broker/blocking.py`` (cold reads for dispatch, GET_LAST_MESSAGE_ID and seek by time, cursor
+persistence, trimming, close) and the load/recovery step (worker thread, before the topic is
+visible to anybody). Reads in disk threads run concurrently with appends and flushes: see the
+thread-safety notes of ``broker.storage.Ledger``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.blocking import run_blocking, submit_blocking
 from broker.config import BrokerConfig
 from broker.dedup import (
     DedupResult,
@@ -48,12 +52,15 @@ from broker.dedup import (
     MessageDeduplication,
 )
 from broker.dedup_recovery import DEDUP_CURSOR, dedup_config_from, exact_batch_highest_sequence_id
+from broker.entry_loader import UNLIMITED_BYTES
 from broker.errors import PersistenceError, ProducerFenced
 from broker.producer import Producer, ProducerRegistry
 from broker.storage import Cursor, InitialPosition, Ledger, LedgerConfig, Position, StorageError
 from broker.subscription import DispatchLimits, Subscription
+from broker.write_barrier import WriteBarrier
+from protocol.errors import RemoteProtocolError
 from protocol.ids import I64_MAX, MessageId
-from protocol.metadata import EntryMetadata, parse_entry_metadata
+from protocol.metadata import ChunkInfo, EntryMetadata, parse_entry_metadata
 from protocol.topic_name import TopicName
 
 log = logging.getLogger(__name__)
@@ -71,6 +78,8 @@ class _PendingWrite:
     entry: bytes
     highest_sequence_id: int
     future: asyncio.Future[Position | None]
+    # For a chunk that is not the last of its message: its chunk id (dedup tracks its progress).
+    chunk_id: int = -1
     position: Position | None = None
 
 
@@ -80,6 +89,7 @@ class TopicStats:
     bytes_in: int = 0
     persistence_errors: int = 0
     flushes: int = 0
+    unreadable_entries: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -118,7 +128,10 @@ class Topic:
         self.dedup = dedup
         self.stats = TopicStats()
         self.subscriptions: dict[str, Subscription] = {}
-        self.producers = ProducerRegistry(ledger)
+        # Accepted writes (staged or in a flush group) until durable or failed: a PIP-68 grant
+        # waits on it so no earlier holder's entry becomes durable after the grant.
+        self._writes = WriteBarrier()
+        self.producers = ProducerRegistry(ledger, self._writes)
         self._clock = clock
         self._loop = asyncio.get_running_loop()
         self._staged: list[_PendingWrite] = []
@@ -134,6 +147,8 @@ class Topic:
         self._dirty = asyncio.Event()
         self._closed = False
         self._metadata_cache: OrderedDict[Position, EntryMetadata] = OrderedDict()
+        # Entries whose metadata does not parse (item 1 of issue #10): skipped by every reader.
+        self._unreadable: set[Position] = set()
         self._limits = DispatchLimits(
             max_read_entries=config.dispatcher_max_read_batch_size,
             max_read_bytes=config.dispatcher_max_read_size_bytes,
@@ -159,8 +174,12 @@ class Topic:
         sequence_id: int,
         highest_sequence_id: int,
         entry: bytes,
+        chunk: ChunkInfo | None = None,
     ) -> asyncio.Future[Position | None]:
         """Accept one entry (a SEND); the future resolves when it is durable.
+
+        ``chunk`` says where the entry sits in a chunked message (its SEND was validated by
+        `SendEntryChecker`); dedup then works chunk by chunk (`MessageDeduplication.check_chunk`).
 
         Resolves to ``None`` for a duplicate (receipt ``-1:-1``). Raises ``PersistenceError``
         synchronously for dedup's "unknown" answer (the write of that id is still in flight),
@@ -174,11 +193,19 @@ class Topic:
         if producer in self._failed_producers:
             raise PersistenceError("An earlier message of this producer failed to persist")
         future: asyncio.Future[Position | None] = self._loop.create_future()
+        chunk_id = -1 if chunk is None or chunk.is_last else chunk.chunk_id
         dedup = self.dedup
         if dedup is not None:
-            if dedup.may_be_duplicate(producer.name, sequence_id):
-                highest_sequence_id = exact_batch_highest_sequence_id(entry, highest_sequence_id)
-            verdict = dedup.check(producer.name, sequence_id, highest_sequence_id)
+            if chunk is not None:
+                verdict = dedup.check_chunk(
+                    producer.name, sequence_id, chunk.chunk_id, chunk.is_last
+                )
+            else:
+                if dedup.may_be_duplicate(producer.name, sequence_id):
+                    highest_sequence_id = exact_batch_highest_sequence_id(
+                        entry, highest_sequence_id
+                    )
+                verdict = dedup.check(producer.name, sequence_id, highest_sequence_id)
             if verdict is DedupResult.DUP:
                 future.set_result(None)
                 return future
@@ -188,7 +215,8 @@ class Topic:
                 )
         self.stats.msg_in += 1
         self.stats.bytes_in += len(entry)
-        self._staged.append(_PendingWrite(producer, entry, highest_sequence_id, future))
+        self._staged.append(_PendingWrite(producer, entry, highest_sequence_id, future, chunk_id))
+        self._writes.accepted()
         self._dirty.set()
         return future
 
@@ -215,6 +243,7 @@ class Topic:
                 continue
             self.stats.flushes += 1
             self._complete(group)
+            self._writes.settled(len(group))
             if self._staged:
                 self._dirty.set()
 
@@ -224,8 +253,14 @@ class Topic:
         for write in group:
             position = write.position
             assert position is not None
-            if dedup is not None:
+            if dedup is None:
+                pass
+            elif write.chunk_id < 0:
                 dedup.on_persisted(write.producer.name, write.highest_sequence_id, position)
+            else:
+                dedup.on_chunk_persisted(
+                    write.producer.name, write.highest_sequence_id, write.chunk_id, position
+                )
             if not write.future.done():
                 write.future.set_result(position)
         for sub in self.subscriptions.values():
@@ -254,6 +289,7 @@ class Topic:
             self._complete(group[:written])
         failed = group[written:] + self._staged
         self._staged = []
+        settled = written + len(failed)
         error = PersistenceError(f"Failed to persist entry: {exc}")
         for write in failed:
             self._failed_producers.add(write.producer)
@@ -261,6 +297,7 @@ class Topic:
                 write.future.set_exception(error)
         if self.dedup is not None:
             self.dedup.on_write_failed()
+        self._writes.settled(settled)
 
     # ------------------------------------------------------------------ producers
 
@@ -357,26 +394,56 @@ class Topic:
 
     # ------------------------------------------------------------------ reads
 
-    def read_entries(
+    def read_cached(
         self, position: Position, max_entries: int, max_bytes: int
-    ) -> list[tuple[Position, bytes]]:
-        return self.ledger.read(position, max_entries, max_bytes)
+    ) -> list[tuple[Position, bytes]] | None:
+        """Entries from ``position`` on as far as memory holds them; None if the disk is needed
+        (the hot path of dispatch, on the loop)."""
+        return self.ledger.read_cached(position, max_entries, max_bytes)
 
-    def read_entry(self, position: Position) -> bytes | None:
-        found = self.ledger.read(position, 1, 1 << 62)
+    def read_from_disk(
+        self, position: Position, max_entries: int, max_bytes: int
+    ) -> asyncio.Future[list[tuple[Position, bytes]]]:
+        """``Ledger.read`` in a disk thread (cold reads, index builds); see broker/blocking.py."""
+        return submit_blocking(self.ledger.read, position, max_entries, max_bytes)
+
+    async def read_entry(self, position: Position) -> bytes | None:
+        """The entry at ``position`` (None if it is not stored), from disk off the loop."""
+        found = self.ledger.read_cached(position, 1, UNLIMITED_BYTES)
+        if found is None:
+            found = await run_blocking(self.ledger.read, position, 1, UNLIMITED_BYTES)
         if found and found[0][0] == position:
             return found[0][1]
         return None
 
-    def entry_metadata(self, position: Position, entry: bytes) -> EntryMetadata:
+    def entry_metadata(self, position: Position, entry: bytes) -> EntryMetadata | None:
+        """The entry's metadata facts, or None for an unreadable entry (logged and counted once
+        per position, then remembered: every reader skips it)."""
         cached = self._metadata_cache.get(position)
         if cached is not None:
             return cached
-        meta = parse_entry_metadata(entry)
+        if position in self._unreadable:
+            return None
+        try:
+            meta = parse_entry_metadata(entry)
+        except RemoteProtocolError as exc:
+            self._note_unreadable(position, exc)
+            return None
         self._metadata_cache[position] = meta
         if len(self._metadata_cache) > _METADATA_CACHE_ENTRIES:
             self._metadata_cache.popitem(last=False)
         return meta
+
+    def _note_unreadable(self, position: Position, exc: Exception) -> None:
+        self._unreadable.add(position)
+        self.stats.unreadable_entries += 1
+        log.warning(
+            "%s: skipping unreadable entry %s:%s: %s",
+            self.name.full_name,
+            position.ledger_id,
+            position.entry_id,
+            exc,
+        )
 
     def next_position(self, position: Position) -> Position:
         return self.ledger.next_position(position)
@@ -386,13 +453,14 @@ class Topic:
         last = self.ledger.last_confirmed_position
         return last if last is not None else self.ledger.before_first_position()
 
-    def find_position_by_publish_time(self, timestamp_ms: int) -> Position:
+    async def find_position_by_publish_time(self, timestamp_ms: int) -> Position:
         """First entry whose publish time is at or after ``timestamp_ms`` (or the end).
 
-        As Java: binary search for the newest entry published before T, then the next one.
+        As Java: binary search for the newest entry published before T, then the next one. The
+        search reads entries all over the log, so it runs in a disk thread.
         """
-        newest_before = self.ledger.find_newest_matching(
-            lambda entry: parse_entry_metadata(entry).publish_time < timestamp_ms
+        newest_before = await run_blocking(
+            self.ledger.find_newest_matching, lambda entry: _published_before(entry, timestamp_ms)
         )
         if newest_before is None:
             return self.first_read_position()
@@ -417,17 +485,35 @@ class Topic:
             return self.ledger.next_position(self.last_confirmed_position())
         return Position(target.ledger_id, target.entry_id)
 
-    def last_message_id(self, sub: Subscription) -> tuple[MessageId, MessageId | None]:
+    async def last_message_id(self, sub: Subscription) -> tuple[MessageId, MessageId | None]:
         """GET_LAST_MESSAGE_ID: the last entry (with its batch index) and the mark-delete."""
         last = self.last_confirmed_position()
         mark = sub.cursor.mark_delete_position
         mark_id = MessageId(mark.ledger_id, mark.entry_id) if mark.ledger_id >= 0 else None
-        entry = self.read_entry(last) if last.entry_id >= 0 else None
-        if entry is None:
+        found = await self._last_readable_entry(last) if last.entry_id >= 0 else None
+        if found is None:
             return MessageId(-1, -1), mark_id
-        meta = self.entry_metadata(last, entry)
+        position, meta = found
         batch_index = meta.num_messages - 1 if meta.is_batch else -1
-        return MessageId(last.ledger_id, last.entry_id, batch_index=batch_index), mark_id
+        return MessageId(position.ledger_id, position.entry_id, batch_index=batch_index), mark_id
+
+    async def _last_readable_entry(self, last: Position) -> tuple[Position, EntryMetadata] | None:
+        """The newest entry at or before ``last`` whose metadata parses.
+
+        Readers skip unreadable entries, so GET_LAST_MESSAGE_ID must not name one: a reader
+        would then see ``has_message_available()`` true with nothing left to receive. Walks back
+        over unreadable entries only (they are rare: an older build's writes, or damage).
+        """
+        position: Position | None = last
+        while position is not None:
+            entry = await self.read_entry(position)
+            if entry is None:
+                return None
+            meta = self.entry_metadata(position, entry)
+            if meta is not None:
+                return position, meta
+            position = self.ledger.previous_position(position)
+        return None
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -490,14 +576,19 @@ class Topic:
                 self._maybe_snapshot_dedup_by_time()
                 self._maybe_purge_inactive_producers()
                 async with self._cursor_io:
-                    await asyncio.to_thread(self._persist_cursors, time.monotonic())
-                await asyncio.to_thread(self.ledger.trim)
+                    await run_blocking(self._persist_cursors, time.monotonic())
+                await run_blocking(self.ledger.trim)
             except Exception:
                 log.exception("%s: housekeeping failed", self.name.full_name)
 
     def _persist_cursors(self, now: float) -> None:
         for cursor in list(self.ledger.cursors.values()):
             cursor.maybe_persist(now)
+
+    def _persist_dirty_cursors(self) -> None:
+        for cursor in list(self.ledger.cursors.values()):
+            if cursor.dirty:
+                cursor.persist()
 
     async def close(self) -> None:
         """Flush what is pending, snapshot dedup, persist cursors, close the ledger (unload)."""
@@ -514,6 +605,13 @@ class Topic:
         # out, so they reconnect to the reloaded topic instead of failing their next SEND.
         for producer in list(self.producers.producers):
             producer.sink.close_producer(producer)
+        # Persisted here, in a disk thread: closing a subscription persists its cursor before
+        # telling the consumers to go, and then finds it clean (unless acked meanwhile).
+        async with self._cursor_io:
+            try:
+                await run_blocking(self._persist_dirty_cursors)
+            except (OSError, StorageError) as exc:
+                log.warning("%s: persisting cursors before close: %s", self.name.full_name, exc)
         for sub in self.subscriptions.values():
             sub.close()
         dedup = self.dedup
@@ -522,7 +620,7 @@ class Topic:
             with contextlib.suppress(Exception):
                 self._take_dedup_snapshot()
         async with self._cursor_io:
-            await asyncio.to_thread(self.ledger.close)
+            await run_blocking(self.ledger.close)
 
     async def abandon(self) -> None:
         """Test hook: stop as if the process died (kill -9). Nothing is flushed, snapshotted or
@@ -532,8 +630,9 @@ class Topic:
         for task in (self._flusher, self._housekeeper):
             task.cancel()
         await asyncio.gather(self._flusher, self._housekeeper, return_exceptions=True)
+        self._writes.release_all()
         # Subscriptions are left as they are: closing them would persist their cursors.
-        await asyncio.to_thread(self.ledger._abandon)
+        await run_blocking(self.ledger._abandon)
 
     def stats_snapshot(self) -> dict[str, Any]:
         last = self.last_confirmed_position()
@@ -543,6 +642,7 @@ class Topic:
             "publishers": sum(1 for p in self.producers.producers if p.ready),
             "producerAccess": self.producers.stats(),
             "lastConfirmedEntry": f"{last[0]}:{last[1]}",
+            "unreadableEntries": self.stats.unreadable_entries,
             "subscriptions": {n: s.describe() for n, s in self.subscriptions.items()},
             "deduplication": self.dedup_stats(),
         }
@@ -567,6 +667,8 @@ class Topic:
             "writeFailures": raw["write_failures"],
             "purgedProducers": raw["purged_producers"],
             "replayedEntries": raw["replayed_entries"],
+            "unreadableEntriesSkipped": raw["unreadable_entries_skipped"],
+            "chunkedMessagesInFlight": raw["chunked_messages_in_flight"],
             "recoverySeconds": raw["recovery_seconds"],
             "entriesSinceSnapshot": raw["entries_since_snapshot"],
             "lastPersistedPosition": _position_text(persisted_position),
@@ -574,6 +676,16 @@ class Topic:
             # Wall-clock seconds since the epoch of the last snapshot taken by this load.
             "lastSnapshotTime": self._last_snapshot_wall_time,
         }
+
+
+def _published_before(entry: bytes, timestamp_ms: int) -> bool:
+    """Seek-by-time predicate. An unreadable entry counts as not published before the target:
+    the binary search may then stop early and redeliver a few earlier messages, never skip a
+    later one; the entry itself is skipped on delivery."""
+    try:
+        return parse_entry_metadata(entry).publish_time < timestamp_ms
+    except RemoteProtocolError:
+        return False
 
 
 def _position_text(position: object) -> str | None:

@@ -4,6 +4,12 @@ Served now: broker health, namespaces, topic listing/stats/unload/delete and the
 deduplication policies at namespace and topic level (topic > namespace > broker flag), plus the
 PIP-68 topic-epoch view in the topic stats. Bodies are JSON as in Pulsar (``true``/``false`` for
 the policy POSTs).
+
+Names in the path follow ``protocol.topic_name`` (the binary protocol's rules). Each path segment
+is percent-decoded once, as UTF-8; in the topic segment ``+`` also stands for a space, as Pulsar
+reads it (``Codec.decode``, i.e. ``URLDecoder``): ``a b`` arrives as ``a+b``, ``a+b`` as ``a%2Bb``.
+An invalid tenant, namespace or topic name is refused with 412 Precondition Failed, as Pulsar
+does ("Topic name is not valid" / "Namespace name is not valid").
 """
 
 from __future__ import annotations
@@ -12,17 +18,25 @@ import asyncio
 import json
 import logging
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import unquote, unquote_plus
 
 from aiohttp import web
 
-from broker.errors import BrokerError
-from protocol.topic_name import InvalidTopicNameError, TopicName
+from broker.errors import BrokerError, TopicDamaged
+from protocol.topic_name import (
+    InvalidTopicNameError,
+    NamespaceName,
+    TopicName,
+    check_tenant_name,
+)
 
 if TYPE_CHECKING:
     from broker.server import Broker, BrokerService
 
 log = logging.getLogger(__name__)
 _SERVICE: web.AppKey[BrokerService] = web.AppKey("service", object)  # type: ignore[arg-type]
+# Every admin route is /admin/v2/<kind>/{tenant}[/{ns}[/{topic}[/...]]]: segment positions.
+_PATH_SEGMENT = {"tenant": 4, "ns": 5, "topic": 6}
 
 
 def _service(request: web.Request) -> BrokerService:
@@ -49,24 +63,50 @@ async def _read_bool(request: web.Request) -> bool:
     return text == "true"
 
 
-def _topic(request: web.Request) -> TopicName:
-    m = request.match_info
+def _invalid_name(reason: str) -> web.HTTPPreconditionFailed:
+    return web.HTTPPreconditionFailed(
+        text=json.dumps({"reason": reason}), content_type="application/json"
+    )
+
+
+def _path_part(request: web.Request, key: str) -> str:
+    """One path segment, percent-decoded once, as UTF-8 strictly.
+
+    aiohttp's ``match_info`` leaves an escape that is not UTF-8 (``%FF``) as literal text, which
+    would turn a malformed request into a different, valid name; so decode the raw segment."""
+    raw = request.rel_url.raw_path.split("/")[_PATH_SEGMENT[key]]
+    decode = unquote_plus if key == "topic" else unquote
     try:
-        return TopicName.parse(f"persistent://{m['tenant']}/{m['ns']}/{m['topic']}")
+        return decode(raw, errors="strict")
+    except UnicodeDecodeError as exc:
+        raise _invalid_name(f"{key}: percent-encoding is not UTF-8 in {raw!r}") from exc
+
+
+def _topic(request: web.Request) -> TopicName:
+    tenant, ns, topic = (_path_part(request, key) for key in ("tenant", "ns", "topic"))
+    try:
+        return TopicName(tenant, ns, topic)
     except InvalidTopicNameError as exc:
-        raise web.HTTPBadRequest(
-            text=json.dumps({"reason": str(exc)}), content_type="application/json"
-        ) from exc
+        raise _invalid_name(f"Topic name is not valid: {exc}") from exc
+
+
+def _namespace_name(request: web.Request) -> NamespaceName:
+    tenant, ns = _path_part(request, "tenant"), _path_part(request, "ns")
+    try:
+        return NamespaceName(tenant, ns)
+    except InvalidTopicNameError as exc:
+        raise _invalid_name(f"Namespace name is not valid: {exc}") from exc
 
 
 def _namespace(request: web.Request) -> str:
-    namespace = f"{request.match_info['tenant']}/{request.match_info['ns']}"
-    if not _service(request).policies.has_namespace(namespace):
+    """The namespace of the path: 412 if its name is invalid, 404 if it does not exist."""
+    namespace = _namespace_name(request)
+    if not _service(request).policies.has_namespace(str(namespace)):
         raise web.HTTPNotFound(
             text=json.dumps({"reason": "Namespace does not exist"}),
             content_type="application/json",
         )
-    return namespace
+    return str(namespace)
 
 
 # ---------------------------------------------------------------------------- handlers
@@ -81,22 +121,26 @@ async def list_tenants(request: web.Request) -> web.Response:
 
 
 async def list_namespaces(request: web.Request) -> web.Response:
-    tenant = request.match_info["tenant"]
+    tenant = _path_part(request, "tenant")
+    try:
+        check_tenant_name(tenant)
+    except InvalidTopicNameError as exc:
+        raise _invalid_name(f"Tenant name is not valid: {exc}") from exc
     return _json(
         sorted(n for n in _service(request).policies.namespaces if n.startswith(tenant + "/"))
     )
 
 
 async def create_namespace(request: web.Request) -> web.Response:
-    namespace = f"{request.match_info['tenant']}/{request.match_info['ns']}"
-    if not _service(request).policies.create_namespace(namespace):
+    namespace = str(_namespace_name(request))
+    if not await _service(request).policies.create_namespace(namespace):
         return _error(409, "Namespace already exists")
     return web.Response(status=204)
 
 
 async def list_topics(request: web.Request) -> web.Response:
     namespace = _namespace(request)
-    return _json(_service(request).topics_of_namespace(namespace))
+    return _json(_service(request).topics_of_namespace(NamespaceName.parse(namespace)))
 
 
 async def get_namespace_dedup(request: web.Request) -> web.Response:
@@ -109,7 +153,7 @@ async def set_namespace_dedup(request: web.Request) -> web.Response:
     namespace = _namespace(request)
     enabled = await _read_bool(request)
     service = _service(request)
-    await asyncio.to_thread(service.policies.set_namespace_dedup, namespace, enabled)
+    await service.policies.set_namespace_dedup(namespace, enabled)
     await _apply_dedup_policies(service, namespace)
     return web.Response(status=204)
 
@@ -117,7 +161,7 @@ async def set_namespace_dedup(request: web.Request) -> web.Response:
 async def remove_namespace_dedup(request: web.Request) -> web.Response:
     namespace = _namespace(request)
     service = _service(request)
-    await asyncio.to_thread(service.policies.set_namespace_dedup, namespace, None)
+    await service.policies.set_namespace_dedup(namespace, None)
     await _apply_dedup_policies(service, namespace)
     return web.Response(status=204)
 
@@ -131,7 +175,7 @@ async def set_topic_dedup(request: web.Request) -> web.Response:
     topic = _topic(request)
     enabled = await _read_bool(request)
     service = _service(request)
-    await asyncio.to_thread(service.policies.set_topic_dedup, topic.full_name, enabled)
+    await service.policies.set_topic_dedup(topic.full_name, enabled)
     await _apply_dedup_policies(service, topic.namespace_name)
     return web.Response(status=204)
 
@@ -139,7 +183,7 @@ async def set_topic_dedup(request: web.Request) -> web.Response:
 async def remove_topic_dedup(request: web.Request) -> web.Response:
     topic = _topic(request)
     service = _service(request)
-    await asyncio.to_thread(service.policies.set_topic_dedup, topic.full_name, None)
+    await service.policies.set_topic_dedup(topic.full_name, None)
     await _apply_dedup_policies(service, topic.namespace_name)
     return web.Response(status=204)
 
@@ -147,7 +191,7 @@ async def remove_topic_dedup(request: web.Request) -> web.Response:
 async def _apply_dedup_policies(service: BrokerService, namespace: str) -> None:
     """Re-resolve the effective dedup flag of every loaded topic of ``namespace``.
 
-    The policy is stored (atomic write + fsync, in a worker thread so the loop keeps serving)
+    The policy is stored (atomic write + fsync, in a disk thread so the loop keeps serving)
     before it is applied, so a crash in between leaves it to be applied at the next load."""
     for topic in list(service.topics.values()):
         if topic.name.namespace_name == namespace:
@@ -161,6 +205,9 @@ async def topic_stats(request: web.Request) -> web.Response:
         return _error(404, "Topic not found")
     try:
         topic = await service.get_topic(name, create=False)
+    except TopicDamaged as exc:
+        # Pulsar answers 500 for a topic whose managed ledger fails to open.
+        return _json({"reason": exc.message, "damaged": exc.damage}, status=500)
     except BrokerError as exc:
         return _error(404, str(exc))
     return _json(topic.stats_snapshot())

@@ -80,6 +80,29 @@ class EntryCache:
         self.misses += len(found) - hits
         return found
 
+    def cached_run(self, ledger_id: int, first: int, stop: int) -> list[bytes]:
+        """The cached entries ``first, first + 1, ..`` of a ledger, up to ``stop - 1``, ending
+        before the first one that is not cached (the memory-only read of the hot path).
+
+        Only hits are counted: the caller reads what is missing with ``get_run``, which counts
+        the misses.
+        """
+        run: list[bytes] = []
+        with self._lock:
+            starts = self._starts.get(ledger_id, [])
+            entry = first
+            while entry < stop:
+                slot = bisect_right(starts, entry) - 1
+                block = self._blocks.get((ledger_id, starts[slot])) if slot >= 0 else None
+                if block is None or entry >= starts[slot] + len(block[0]):
+                    break
+                offset = entry - starts[slot]
+                taken = block[0][offset : offset + stop - entry]
+                run.extend(taken)
+                entry += len(taken)
+        self.hits += len(run)
+        return run
+
     def discard_ledger(self, ledger_id: int) -> None:
         """Drop the entries of a trimmed ledger."""
         with self._lock:

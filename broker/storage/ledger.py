@@ -70,7 +70,10 @@ class Ledger:
 
     Thread safety: ``append`` and cursor operations belong to one thread (the event loop);
     ``flush`` may run concurrently in one worker thread; reads and position queries are safe
-    from any thread.
+    from any thread, concurrently with appends, flushes and trimming (the broker reads cold
+    entries in its disk threads): the segment table and the entry cache have their own locks,
+    a read sees only entries made durable before it looked them up, and a segment trimmed
+    under a read is skipped (``reader.py``, ``segment.py``).
     """
 
     def __init__(
@@ -262,6 +265,10 @@ class Ledger:
         """The first durable entry after ``position``, else ``(ledger, entry + 1)``."""
         return self._table.next_position(position)
 
+    def previous_position(self, position: Position) -> Position | None:
+        """The last durable entry before ``position``; None if there is none."""
+        return self._table.previous_position(position)
+
     def has_entry(self, position: Position) -> bool:
         """Whether ``position`` names a durable entry still stored."""
         return self._table.has_entry(position)
@@ -281,10 +288,24 @@ class Ledger:
         returns one entry if any is available. A position inside a trimmed segment starts at the
         first entry still stored; a position past the end returns ``[]``.
 
+        May touch the disk (a ``pread``, and on the first read of a sealed segment a scan of the
+        whole file to build its index): the broker runs it in a worker thread.
+
         Raises:
             CorruptLedgerError: a record read from disk fails its crc (names file and offset).
         """
         return self._reader.read(position, max_entries, max_bytes)
+
+    def read_cached(
+        self, position: Position, max_entries: int, max_bytes: int = UNLIMITED
+    ) -> list[tuple[Position, bytes]] | None:
+        """What ``read`` would return, as far as the entry cache holds it; no file is touched.
+
+        None when the first entry at or after ``position`` is not cached (only ``read`` can get
+        it); a shorter list than ``read`` when a later one is not; ``[]`` past the end. Cheap
+        enough for the event loop: this is how tailing consumers are served.
+        """
+        return self._reader.read_cached(position, max_entries, max_bytes)
 
     def iter_entries(
         self, start: Position, batch_entries: int = 256, batch_bytes: int = 4 << 20

@@ -4,6 +4,13 @@ A read plans, per segment, how many entries fit ``max_entries``/``max_bytes`` us
 index alone, serves cached entries from memory and reads each run of uncached ones with a
 single ``pread`` (every record's crc is checked). A segment trimmed while being read is simply
 skipped: the next lookup resolves to the first entry still stored.
+
+``read_cached`` is the memory-only variant for the event loop: it never opens a file and never
+builds an index, and answers None when the next entry is on disk only, so the caller can run
+``read`` in a worker thread instead (see ``broker/blocking.py``).
+
+Thread safety: any number of threads may read while the ledger appends, flushes, seals and
+trims (segment table and cache take their own locks; see ``segment.py`` for the index).
 """
 
 from __future__ import annotations
@@ -38,13 +45,12 @@ class EntryReader:
             if located is None:
                 break
             segment, first, entries, data_end = located
-            stop, size = first, 0
-            while stop < entries and len(result) + (stop - first) < max_entries:
-                entry_size = segment.entry_size(stop, entries, data_end)
-                if size + entry_size > budget and (result or stop > first):
-                    break
-                size += entry_size
-                stop += 1
+            planned = self._plan(
+                segment, first, entries, data_end, max_entries - len(result), budget, not result
+            )
+            if planned is None:
+                continue  # trimmed under us: locate again
+            stop, size = planned
             chunk = self._fetch(segment, first, stop, entries, data_end)
             if chunk is None:
                 continue  # trimmed under us: locate again
@@ -54,6 +60,57 @@ class EntryReader:
             if stop < entries:
                 break  # a limit stopped us, not the end of the segment
         return result
+
+    def read_cached(
+        self, position: Position, max_entries: int, max_bytes: int = UNLIMITED
+    ) -> list[tuple[Position, bytes]] | None:
+        """See ``Ledger.read_cached``."""
+        result: list[tuple[Position, bytes]] = []
+        budget = max_bytes
+        while len(result) < max_entries and (budget > 0 or not result):
+            located = self._table.locate(position)
+            if located is None:
+                return result
+            segment, first, entries, _ = located
+            stop = min(entries, first + max_entries - len(result))
+            run = self._cache.cached_run(segment.ledger_id, first, stop)
+            for offset, data in enumerate(run):
+                if len(data) > budget and result:
+                    return result
+                result.append((Position(segment.ledger_id, first + offset), data))
+                budget -= len(data)
+            if len(run) < stop - first:
+                return result or None  # the next entry is on disk only
+            if stop < entries:
+                return result
+            position = Position(segment.ledger_id, stop)
+        return result
+
+    def _plan(
+        self,
+        segment: Segment,
+        first: int,
+        entries: int,
+        data_end: int,
+        max_entries: int,
+        budget: int,
+        need_one: bool,
+    ) -> tuple[int, int] | None:
+        """How far from ``first`` a read of ``segment`` may go within the limits, and its size
+        (None if the file was trimmed away before its index could be built)."""
+        stop, size = first, 0
+        try:
+            while stop < entries and stop - first < max_entries:
+                entry_size = segment.entry_size(stop, entries, data_end)
+                if size + entry_size > budget and (stop > first or not need_one):
+                    break
+                size += entry_size
+                stop += 1
+        except FileNotFoundError:
+            if self._table.contains(segment):
+                raise CorruptLedgerError(segment.path, 0, "segment file vanished") from None
+            return None
+        return stop, size
 
     def _fetch(
         self, segment: Segment, first: int, stop: int, entries: int, data_end: int

@@ -21,9 +21,13 @@ region must hash to the recorded crc. Its offset index is built lazily on first 
 that must end exactly at ``data_end`` with the recorded entry count.
 
 Thread safety: one writer (the ledger's flush thread) calls ``write``/``prepare_seal``; new
-durable state is published through ``commit`` under the segment table's lock. Readers never use the
-write descriptor (each read opens its own), so sealing or trimming cannot pull a descriptor from
-under a reader.
+durable state is published through ``commit`` under the segment table's lock. Readers (any
+thread; the broker reads from its disk threads while the event loop appends and the flush
+thread commits) never use the write descriptor (each read opens its own), so sealing or trimming
+cannot pull a descriptor from under a reader. They only look at offsets below an ``entries``
+snapshot taken under the table lock; ``commit`` appends past it (``array`` item reads and
+``extend`` are each atomic under the GIL). A sealed segment's index is built once, under its own
+lock: a second reader waits for the first one's scan instead of repeating it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import logging
 import mmap
 import os
 import struct
+import threading
 from array import array
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future
@@ -146,6 +151,7 @@ class Segment:
         self.crc = crc
         self.sealed_at_ms = sealed_at_ms
         self._offsets = offsets
+        self._index_lock = threading.Lock()
         self._layer = layer
         self._fd = fd
         self.allocated_end = allocated_end
@@ -360,10 +366,17 @@ class Segment:
         raise CorruptLedgerError(self.path, offset, "invalid record in a sealed segment")
 
     def offsets(self) -> array[int]:
-        """Offsets of the durable records, loading a sealed segment's index on first use."""
-        if self._offsets is None:
-            self._offsets = self._load_index()
-        return self._offsets
+        """Offsets of the durable records, loading a sealed segment's index on first use.
+
+        The load maps and crc-scans the whole file: call it off the event loop.
+        """
+        offsets = self._offsets
+        if offsets is None:
+            with self._index_lock:
+                if self._offsets is None:
+                    self._offsets = self._load_index()
+                offsets = self._offsets
+        return offsets
 
     def _load_index(self) -> array[int]:
         with mapped(self.path) as view:

@@ -98,6 +98,18 @@ class SegmentTable:
                     return Position(segment.ledger_id, 0)
         return Position(position.ledger_id, position.entry_id + 1)
 
+    def previous_position(self, position: Position) -> Position | None:
+        """The last durable entry before ``position``; None if there is none."""
+        with self._lock:
+            for segment in reversed(self._segments):
+                if segment.ledger_id > position.ledger_id or not segment.entries:
+                    continue
+                if segment.ledger_id < position.ledger_id:
+                    return Position(segment.ledger_id, segment.entries - 1)
+                if position.entry_id > 0:
+                    return Position(segment.ledger_id, min(position.entry_id, segment.entries) - 1)
+        return None
+
     def has_entry(self, position: Position) -> bool:
         with self._lock:
             for segment in self._from(position.ledger_id):

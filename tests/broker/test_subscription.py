@@ -9,6 +9,7 @@ stored bytes simply name their batch size (``b"n=10"``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,19 +121,27 @@ class ManualScheduler:
 
 
 class LedgerSource:
-    """``EntrySource`` over a real ledger; an entry ``b"n=N"`` is a batch of N messages."""
+    """``EntrySource`` over a real ledger; an entry ``b"n=N"`` is a batch of N messages.
 
-    def __init__(self, ledger: Ledger) -> None:
+    A disk read completes in a later scheduler turn, as a read in a worker thread would."""
+
+    def __init__(self, ledger: Ledger, scheduler: ManualScheduler) -> None:
         self.ledger = ledger
+        self.scheduler = scheduler
 
-    def read_entries(
+    def read_cached(
         self, position: Position, max_entries: int, max_bytes: int
-    ) -> list[tuple[Position, bytes]]:
-        return self.ledger.read(position, max_entries, max_bytes)
+    ) -> list[tuple[Position, bytes]] | None:
+        return self.ledger.read_cached(position, max_entries, max_bytes)
 
-    def read_entry(self, position: Position) -> bytes | None:
-        found = self.ledger.read(position, 1, 1 << 40)
-        return found[0][1] if found and found[0][0] == position else None
+    def read_from_disk(
+        self, position: Position, max_entries: int, max_bytes: int
+    ) -> Future[list[tuple[Position, bytes]]]:
+        future: Future[list[tuple[Position, bytes]]] = Future()
+        self.scheduler.call_later(
+            0, lambda: future.set_result(self.ledger.read(position, max_entries, max_bytes))
+        )
+        return future
 
     def entry_metadata(self, position: Position, entry: bytes) -> EntryMetadata:
         size = int(entry.decode().removeprefix("n="))
@@ -179,7 +188,8 @@ class Harness:
             self.directory, self.config, file_layer=NoSyncLayer(), preallocator=InlineExecutor()
         )
         cursor = self.ledger.open_cursor(SUB, InitialPosition.EARLIEST)
-        self.sub = Subscription(SUB, cursor, LedgerSource(self.ledger), self.scheduler, self.limits)
+        source = LedgerSource(self.ledger, self.scheduler)
+        self.sub = Subscription(SUB, cursor, source, self.scheduler, self.limits)
 
     def publish(self, *sizes: int) -> list[Position]:
         positions = [self.ledger.append(f"n={size}".encode()) for size in sizes]

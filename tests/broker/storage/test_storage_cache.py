@@ -1,7 +1,9 @@
-"""EntryCache: blocks of consecutive entries, FIFO eviction by bytes, against a dict model."""
+"""EntryCache: blocks of consecutive entries, FIFO eviction by bytes, against a dict model
+(``get_run`` per entry; ``cached_run``, the hot path's memory-only read, as the cached prefix)."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import OrderedDict
 
@@ -44,6 +46,8 @@ def test_cache_matches_a_per_entry_fifo_model() -> None:
                 high = rng.randint(low, top)
                 expected = [model.get((probe_ledger, i)) for i in range(low, high)]
                 assert cache.get_run(probe_ledger, low, high) == expected
+                cached_prefix = list(itertools.takewhile(lambda e: e is not None, expected))
+                assert cache.cached_run(probe_ledger, low, high) == cached_prefix
             assert cache.size_bytes == sum(len(v) for v in model.values())
             assert cache.size_bytes <= limit
 
