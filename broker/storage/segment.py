@@ -184,11 +184,26 @@ class Segment:
         """Recover an unsealed segment: keep the longest valid prefix, cut the rest durably.
 
         A missing or torn header means the segment never held durable data (the header is
-        written with, and synced by, the first flush), so the result then has no entries.
+        written with, and synced by, the first flush), so the result then has no entries. A bad
+        header followed by valid records is not that: those records were flushed with it, so
+        the header was damaged afterwards, and dropping the segment would silently lose
+        acknowledged entries. That is refused as corruption (``magnetar repair-topic``).
+
+        Raises:
+            CorruptLedgerError: the header is bad but valid records follow it.
         """
         with mapped(path) as view:
             file_size = len(view)
-            if header_problem(view, ledger_id) is not None:
+            problem = header_problem(view, ledger_id)
+            if problem is not None:
+                behind = scan_valid_prefix(view[HEADER_SIZE:], base=HEADER_SIZE)
+                if len(behind.offsets):
+                    raise CorruptLedgerError(
+                        path,
+                        0,
+                        f"{problem}, yet {len(behind.offsets)} valid records follow it: "
+                        "the header was damaged after data became durable",
+                    )
                 valid_end, offsets, crc = 0, array("Q"), 0
             else:
                 scan = scan_valid_prefix(view[HEADER_SIZE:], base=HEADER_SIZE)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.storage import Ledger, LedgerConfig, Position, scan_valid_prefix
+from broker.storage import CorruptLedgerError, Ledger, LedgerConfig, Position, scan_valid_prefix
 from broker.storage.position import BEFORE_EVERYTHING
 from broker.storage.recovery import RECORD_HEADER_SIZE, encode_records, record_header
 from broker.storage.segment import HEADER_SIZE
-from tests.broker.storage.faults import InlineExecutor, NoSyncLayer
+from tests.broker.storage.faults import InlineExecutor, NoSyncLayer, flip_bit
 
 # ---------------------------------------------------------------- pure scan
 
@@ -137,6 +137,34 @@ def test_truncating_inside_the_segment_header_loses_everything(
         with open(segment, "r+b") as handle:
             handle.truncate(cut)
         assert _reopen_and_read(trial) == []
+
+
+@pytest.mark.parametrize("byte_index", [0, 5, 9, HEADER_SIZE - 1])
+def test_a_damaged_header_before_durable_records_is_corruption_not_an_empty_segment(
+    small_log: tuple[Path, list[bytes]], tmp_path: Path, byte_index: int
+) -> None:
+    """A flushed active segment whose header is hit afterwards (a bit flip after the crash) must
+    not be taken for a segment that never held data: that would drop acknowledged entries."""
+    pristine, _entries = small_log
+    trial, segment = _trial_copy(pristine, tmp_path, f"flip{byte_index}")
+    flip_bit(segment, byte_index * 8)
+    with pytest.raises(CorruptLedgerError) as caught:
+        _reopen_and_read(trial)
+    assert caught.value.path == segment
+    assert caught.value.offset == 0
+    assert "12 valid records follow" in caught.value.reason
+    assert segment.stat().st_size > HEADER_SIZE  # nothing was cut
+
+
+def test_a_torn_header_with_nothing_behind_it_is_an_empty_segment(tmp_path: Path) -> None:
+    """The header is synced by the first flush: damaged with no record behind it, the segment
+    never held durable data (a crash during its first flush)."""
+    directory = tmp_path / "torn"
+    (segment,) = [_build_active_segment(directory, [b"only"])]
+    with open(segment, "r+b") as handle:
+        handle.seek(3)
+        handle.write(b"\x00" * (HEADER_SIZE - 3 + RECORD_HEADER_SIZE + 4))
+    assert _reopen_and_read(directory) == []
 
 
 @pytest.mark.parametrize("fill", ["zeros", "random"])
