@@ -91,7 +91,7 @@ class ConsumerEndpoint:
         start: MessageId | None = None
         if not durable and cmd.HasField("start_message_id"):
             start = MessageId.from_pb(cmd.start_message_id)
-        subscription = topic.get_or_create_subscription(
+        subscription = await topic.get_or_create_subscription(
             cmd.subscription,
             durable=durable,
             start=None if start is None else topic.reader_start(start),
@@ -209,7 +209,7 @@ class ConsumerEndpoint:
                 raise ConsumerBusy("Unconnected or shared consumer attempting to unsubscribe")
             del self._consumers[cmd.consumer_id]
             state.subscription.remove_consumer(state.consumer, redeliver=False)
-            state.topic.delete_subscription(state.subscription.name)
+            await state.topic.delete_subscription(state.subscription.name)
             self._conn.write(commands.success(request_id))
 
         self._conn.request(request_id, unsubscribe)

@@ -141,7 +141,7 @@ class ProducerEndpoint:
             await topic.remove_producer(producer)
             return
         if cmd.HasField("initial_subscription_name") and cmd.initial_subscription_name:
-            topic.get_or_create_subscription(
+            await topic.get_or_create_subscription(
                 cmd.initial_subscription_name, durable=True, start=None, initial_earliest=True
             )
         if ready:

@@ -34,6 +34,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from broker.blocking import run_blocking
 from broker.errors import BrokerError, PersistenceError, ProducerBusy, ProducerFenced
 from broker.producer_access import (
     AccessMode,
@@ -281,7 +282,7 @@ class ProducerRegistry:
         async with self._persist_lock:
             if self._durable_epoch is not None and self._durable_epoch >= epoch:
                 return
-            await asyncio.to_thread(self._ledger.set_property, TOPIC_EPOCH_PROPERTY, epoch)
+            await run_blocking(self._ledger.set_property, TOPIC_EPOCH_PROPERTY, epoch)
             self._durable_epoch = epoch
 
     # ------------------------------------------------------------------ stats

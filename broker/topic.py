@@ -53,7 +53,7 @@ from broker.dedup import (
 )
 from broker.dedup_recovery import DEDUP_CURSOR, dedup_config_from, exact_batch_highest_sequence_id
 from broker.entry_loader import UNLIMITED_BYTES
-from broker.errors import PersistenceError, ProducerFenced
+from broker.errors import NotAllowed, PersistenceError, ProducerFenced
 from broker.producer import Producer, ProducerRegistry
 from broker.storage import Cursor, InitialPosition, Ledger, LedgerConfig, Position, StorageError
 from broker.subscription import DispatchLimits, Subscription
@@ -380,17 +380,25 @@ class Topic:
                 dedup.producer_connected(producer.name)
             async with self._cursor_io:
                 if DEDUP_CURSOR in self.ledger.cursors:  # left over; never reuse its snapshot
-                    self.ledger.delete_cursor(DEDUP_CURSOR)
-                self.ledger.open_cursor(DEDUP_CURSOR, InitialPosition.LATEST)
-            self.dedup = dedup
-            self._last_snapshot_wall_time = None
+                    self.ledger.detach_cursor(DEDUP_CURSOR)
+                    await run_blocking(self.ledger.remove_cursor_file, DEDUP_CURSOR)
+                # Positioned and tracking from the same loop step, so dedup and the cursor
+                # cover the same entries; the file follows from a disk thread (a crash before
+                # it leaves no cursor: dedup then restarts afresh, as if never enabled).
+                cursor = self.ledger.add_cursor(
+                    self.ledger.new_cursor(DEDUP_CURSOR, InitialPosition.LATEST)
+                )
+                self.dedup = dedup
+                self._last_snapshot_wall_time = None
+                await run_blocking(cursor.persist)
         elif not enabled and self.dedup is not None:
             self.dedup.clear()
             self.dedup = None
             self._last_snapshot_wall_time = None
             async with self._cursor_io:
                 if DEDUP_CURSOR in self.ledger.cursors:
-                    self.ledger.delete_cursor(DEDUP_CURSOR)
+                    self.ledger.detach_cursor(DEDUP_CURSOR)
+                    await run_blocking(self.ledger.remove_cursor_file, DEDUP_CURSOR)
 
     # ------------------------------------------------------------------ reads
 
@@ -535,32 +543,50 @@ class Topic:
             del self.subscriptions[sub.name]
             sub.close()
 
-    def get_or_create_subscription(
+    async def get_or_create_subscription(
         self, name: str, *, durable: bool, start: Position | None, initial_earliest: bool
     ) -> Subscription:
         """Find a subscription or create it at its initial position.
 
         Durable: Latest = mark-delete at the last entry, Earliest = before the first entry; an
         existing subscription keeps its position. Non-durable (readers): start is inclusive.
+        A new durable cursor is positioned on the loop (now) and its file written in a disk
+        thread, under the cursor-file lock, so two SUBSCRIBEs racing for one name get one
+        cursor and a delete of the same name cannot interleave with the write.
         """
         existing = self.subscriptions.get(name)
         if existing is not None:
             return existing
-        if durable:
-            initial = InitialPosition.EARLIEST if initial_earliest else InitialPosition.LATEST
-            cursor = self.ledger.open_cursor(name, initial)
-        else:
+        if durable and name == DEDUP_CURSOR:
+            # The PIP-6 snapshot lives on that cursor: acks must never move it.
+            raise NotAllowed(f"Subscription name {DEDUP_CURSOR} is reserved")
+        if not durable:
             begin = start if start is not None else self.first_read_position()
             cursor = self.ledger.new_non_durable_cursor(begin)
-        return self._attach_subscription(name, cursor, durable=durable)
+            return self._attach_subscription(name, cursor, durable=False)
+        async with self._cursor_io:
+            existing = self.subscriptions.get(name)
+            if existing is not None:
+                return existing
+            found = self.ledger.cursors.get(name)
+            if found is None:
+                initial = InitialPosition.EARLIEST if initial_earliest else InitialPosition.LATEST
+                fresh = self.ledger.new_cursor(name, initial)
+                await run_blocking(fresh.persist)
+                found = self.ledger.add_cursor(fresh)
+            return self._attach_subscription(name, found, durable=True)
 
-    def delete_subscription(self, name: str) -> None:
+    async def delete_subscription(self, name: str) -> None:
+        """Drop a subscription and, for a durable one, its cursor file (in a disk thread)."""
         sub = self.subscriptions.pop(name, None)
         if sub is None:
             return
+        if sub.durable:
+            self.ledger.detach_cursor(name)  # first: closing must not persist a doomed cursor
         sub.close()
         if sub.durable:
-            self.ledger.delete_cursor(name)
+            async with self._cursor_io:
+                await run_blocking(self.ledger.remove_cursor_file, name)
 
     # ------------------------------------------------------------------ housekeeping
 

@@ -75,24 +75,41 @@ class CursorRegistry:
 
     def persisted_marks(self) -> list[Position]:
         """Every durable cursor's persisted mark-delete (what trimming may rely on)."""
-        return [c.persisted_mark_delete_position for c in self._cursors.values()]
+        # A copy first: a disk thread (trim) may ask while the loop adds or removes a cursor.
+        return [c.persisted_mark_delete_position for c in list(self._cursors.values())]
 
     def path_of(self, name: str) -> Path:
         return cursor_file(self.directory.parent, name)
 
     def create(self, name: str, mark_delete: Position) -> Cursor:
         """A new durable cursor, persisted before it is returned."""
+        cursor = self.new(name, mark_delete)
+        cursor.persist()
+        return self.register(cursor)
+
+    def new(self, name: str, mark_delete: Position) -> Cursor:
+        """A new durable cursor in memory only: `Cursor.persist` it, then `register` it."""
         if not name:
             raise ValueError("cursor name must not be empty")
-        cursor = self._make(CursorState(name=name, mark_delete=mark_delete))
-        cursor.persist()
-        self._cursors[name] = cursor
-        return cursor
+        return self._make(CursorState(name=name, mark_delete=mark_delete))
+
+    def register(self, cursor: Cursor) -> Cursor:
+        """Make a persisted new cursor one of the ledger's (the existing one if the name is
+        already taken)."""
+        return self._cursors.setdefault(cursor.name, cursor)
 
     def delete(self, name: str) -> None:
+        self.detach(name)
+        self.remove_file(name)
+
+    def detach(self, name: str) -> None:
+        """Stop tracking cursor ``name`` (no I/O); `remove_file` then deletes its file."""
         cursor = self._cursors.pop(name, None)
         if cursor is not None:
             cursor._mark_closed()
+
+    def remove_file(self, name: str) -> None:
+        """Delete the file of a detached cursor, durably (a disk operation)."""
         unlink_durably(self._layer, self.path_of(name))
 
     def non_durable(self, start: Position) -> Cursor:

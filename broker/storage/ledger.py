@@ -360,9 +360,37 @@ class Ledger:
             return self._cursors.create(name, self.before_first_position())
         return self._cursors.create(name, latest)
 
+    def new_cursor(
+        self, name: str, initial_position: InitialPosition = InitialPosition.LATEST
+    ) -> Cursor:
+        """`open_cursor` in two steps, so the file write can leave the event loop: a new durable
+        cursor in memory (no I/O, positioned now), to `Cursor.persist` (a disk operation) and
+        then `add_cursor`. Raises ValueError if ``name`` is already a cursor."""
+        self._check_open()
+        if self._cursors.get(name) is not None:
+            raise ValueError(f"cursor {name!r} already exists")
+        latest = self.last_confirmed_position
+        if initial_position is InitialPosition.EARLIEST or latest is None:
+            return self._cursors.new(name, self.before_first_position())
+        return self._cursors.new(name, latest)
+
+    def add_cursor(self, cursor: Cursor) -> Cursor:
+        """Register a cursor from `new_cursor` once persisted; returns the ledger's cursor of
+        that name (an earlier one wins)."""
+        self._check_open()
+        return self._cursors.register(cursor)
+
     def delete_cursor(self, name: str) -> None:
         """Remove durable cursor ``name`` and its file, durably. Unknown names are ignored."""
         self._cursors.delete(name)
+
+    def detach_cursor(self, name: str) -> None:
+        """`delete_cursor` in two steps: stop tracking it (no I/O), then
+        `remove_cursor_file` (a disk operation)."""
+        self._cursors.detach(name)
+
+    def remove_cursor_file(self, name: str) -> None:
+        self._cursors.remove_file(name)
 
     def new_non_durable_cursor(self, start: Position) -> Cursor:
         """An in-memory cursor (a reader) whose first read is the first entry at or after

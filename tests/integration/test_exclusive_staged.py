@@ -8,7 +8,6 @@ flush held)."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from pathlib import Path
 
@@ -18,30 +17,13 @@ from broker.storage import Position
 from protocol import commands, pb
 from protocol.commands import ProducerAccessMode
 from protocol.metadata import encode_entry
-from tests.broker.storage.faults import NoSyncLayer
+from tests.broker.storage.faults import HeldSync
 from tests.helpers import BrokerThread, broker_config
 from tests.raw_client import RawConnection, T, send_outcomes
 
 pytestmark = [pytest.mark.integration]
 
 GROUP_WAIT_MS = 300.0
-
-
-class HeldSync(NoSyncLayer):
-    """fdatasync blocks while ``held``: a group commit that does not return."""
-
-    def __init__(self) -> None:
-        self.released = threading.Event()
-        self.released.set()
-        self.entered = threading.Event()
-
-    def hold(self) -> None:
-        self.entered.clear()
-        self.released.clear()
-
-    def fdatasync(self, fd: int) -> None:
-        self.entered.set()
-        self.released.wait(30)
 
 
 def _entry(name: str, seq: int) -> bytes:

@@ -47,6 +47,37 @@ class NoSyncLayer(FileLayer):
         pass
 
 
+class HeldSync(NoSyncLayer):
+    """fdatasync, fsync and directory syncs block while ``held``: a disk that does not answer. ``entered`` is set
+    when a sync call is waiting."""
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+        self.released.set()
+        self.entered = threading.Event()
+
+    def hold(self) -> None:
+        self.entered.clear()
+        self.released.clear()
+
+    def release(self) -> None:
+        self.released.set()
+
+    def fdatasync(self, fd: int) -> None:
+        self._wait()
+
+    def fsync(self, fd: int) -> None:
+        self._wait()
+
+    def fsync_dir(self, path: Path) -> None:
+        self._wait()
+
+    def _wait(self) -> None:
+        if not self.released.is_set():
+            self.entered.set()
+            self.released.wait(30)
+
+
 class InlineExecutor(Executor):
     """Runs submitted work synchronously (deterministic pre-allocation in tests)."""
 
