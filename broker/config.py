@@ -105,6 +105,9 @@ class BrokerConfig:
     max_pending_publish_requests_per_connection: int = _setting(
         "maxPendingPublishRequestsPerConnection", 1000, minimum=1
     )
+    # Pulsar's connection caps, checked when a connection is accepted; 0 = unlimited.
+    broker_max_connections: int = _setting("brokerMaxConnections", 0, minimum=0)
+    broker_max_connections_per_ip: int = _setting("brokerMaxConnectionsPerIp", 0, minimum=0)
     connection_write_buffer_high_water_mark_bytes: int = _setting(
         "connectionWriteBufferHighWaterMarkBytes", 4_194_304, minimum=1
     )
@@ -133,10 +136,13 @@ class BrokerConfig:
         "managedLedgerCursorPersistIntervalMs", 1000, minimum=0
     )
     # -1 = keep forever, 0 = delete once every subscription has consumed (Pulsar semantics).
+    # Magnetar keeps 7 days with no size limit by default (Pulsar: 0 and 0): effectively-once
+    # consumers are Readers that hold no cursor, and with 0 a segment roll deletes what nobody
+    # subscribed to (issue #10, item 6). Set both to 0 for Pulsar's behaviour.
     default_retention_time_in_minutes: int = _setting(
-        "defaultRetentionTimeInMinutes", 0, minimum=-1
+        "defaultRetentionTimeInMinutes", 7 * 24 * 60, minimum=-1
     )
-    default_retention_size_in_mb: int = _setting("defaultRetentionSizeInMB", 0, minimum=-1)
+    default_retention_size_in_mb: int = _setting("defaultRetentionSizeInMB", -1, minimum=-1)
     managed_ledger_max_batch_deleted_index_to_persist: int = _setting(
         "managedLedgerMaxBatchDeletedIndexToPersist", 10_000, minimum=0
     )

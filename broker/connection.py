@@ -36,13 +36,14 @@ from broker.logging_setup import RateLimitedLog
 from protocol import commands, pb
 from protocol.errors import ProtocolError, ServerError
 from protocol.framing import SUB_MESSAGE_NAME, Frame, FrameDecoder
-from protocol.topic_name import InvalidTopicNameError, TopicName
+from protocol.topic_name import InvalidTopicNameError, NamespaceName, TopicName
 
 if TYPE_CHECKING:
     from broker.server import BrokerService
 
 log = logging.getLogger(__name__)
 _bad_input_log = RateLimitedLog(log, limit=5, interval=60.0)
+_refusal_log = RateLimitedLog(log, limit=5, interval=60.0)
 
 SERVER_VERSION = "Magnetar 0.1.0 (Pulsar 4.0 protocol)"
 MAX_PROTOCOL_VERSION = 20
@@ -63,6 +64,7 @@ class ServerConnection(asyncio.Protocol):
         self._decoder = FrameDecoder(max_frame_size=self._config.frame_limit)
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
+        self._peer_ip: str | None = None
         self._connected = False
         self._closing = False
         self._out: list[bytes] = []
@@ -115,11 +117,21 @@ class ServerConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._peer_ip = str(peer[0]) if isinstance(peer, tuple) else None
         self._transport.set_write_buffer_limits(
             high=self._config.connection_write_buffer_high_water_mark_bytes,
             low=self._config.connection_write_buffer_low_water_mark_bytes,
         )
         self._service.connections.add(self)
+        # Counted before the check and released in connection_lost, refused or not (Pulsar).
+        refusal = self._service.connection_limiter.admit(self._peer_ip)
+        if refusal is not None:
+            _refusal_log.log(
+                logging.INFO, self._peer_ip, "refusing connection from %s: %s", self._peer, refusal
+            )
+            self.write(commands.error(-1, ServerError.NotAllowedError, refusal))
+            self.close()
+            return
         self._timers.append(
             self._loop.call_later(
                 self._config.connection_handshake_timeout_seconds, self._handshake_deadline
@@ -145,6 +157,7 @@ class ServerConnection(asyncio.Protocol):
         self._closing = True
         self._closed.set()
         self._service.connections.discard(self)
+        self._service.connection_limiter.release(self._peer_ip)
         for timer in self._timers:
             timer.cancel()
         for waiter in self._alive_waiters:
@@ -360,6 +373,26 @@ class ServerConnection(asyncio.Protocol):
             code, message = to_wire(exc)
             self.write(commands.lookup_response(request_id, error=code, message=message))
             return
+        if self._service.damaged.get(topic.full_name) is not None:
+            # Known damage answers the lookup (checking that the files did not change since
+            # reads file metadata, so off the loop); unknown damage is found by the load that
+            # PRODUCER/SUBSCRIBE triggers, as Pulsar's lookup does not load the topic either.
+            self.spawn(self._lookup_damaged(request_id, topic))
+            return
+        self._lookup_found(request_id)
+
+    async def _lookup_damaged(self, request_id: int, topic: TopicName) -> None:
+        try:
+            await self._service.refuse_if_damaged(topic)
+        except Exception as exc:
+            if not isinstance(exc, BrokerError):
+                log.exception("lookup %d on %s failed", request_id, self._peer)
+            code, message = to_wire(exc)
+            self.write(commands.lookup_response(request_id, error=code, message=message))
+            return
+        self._lookup_found(request_id)
+
+    def _lookup_found(self, request_id: int) -> None:
         # "Connect to me", through the client's own service URL: the client keeps one socket.
         self.write(
             commands.lookup_response(
@@ -372,21 +405,36 @@ class ServerConnection(asyncio.Protocol):
 
     def _on_get_topics_of_namespace(self, frame: Frame) -> None:
         cmd = frame.command.getTopicsOfNamespace
-        topics = self._service.topics_of_namespace(cmd.namespace)
+        try:
+            namespace = NamespaceName.parse(cmd.namespace)
+        except InvalidTopicNameError as exc:
+            self.reply_error(cmd.request_id, InvalidTopicName(str(exc)))
+            return
+        topics = self._service.topics_of_namespace(namespace)
         self.write(commands.get_topics_of_namespace_response(cmd.request_id, topics))
 
     # ------------------------------------------------------------------ schema
+    # Kept under the topic's full name (as PRODUCER stores them): every spelling of a topic
+    # shares one schema, and a name that does not parse gets an error response.
 
     def _on_get_schema(self, frame: Frame) -> None:
         cmd = frame.command.getSchema
         version = cmd.schema_version if cmd.HasField("schema_version") else None
-        found = self._service.schemas.get(cmd.topic, version)
+        try:
+            topic = self.parse_topic(cmd.topic)
+        except InvalidTopicName as exc:
+            code, message = to_wire(exc)
+            self.write(
+                commands.get_schema_response(cmd.request_id, error_code=code, error_message=message)
+            )
+            return
+        found = self._service.schemas.get(topic.full_name, version)
         if found is None:
             self.write(
                 commands.get_schema_response(
                     cmd.request_id,
                     error_code=ServerError.TopicNotFound,
-                    error_message=f"Topic not found or no-schema {cmd.topic}",
+                    error_message=f"Topic not found or no-schema {topic.full_name}",
                 )
             )
             return
@@ -401,8 +449,26 @@ class ServerConnection(asyncio.Protocol):
 
     def _on_get_or_create_schema(self, frame: Frame) -> None:
         cmd = frame.command.getOrCreateSchema
-        version = self._service.schemas.put(cmd.topic, cmd.schema.SerializeToString())
-        self.write(commands.get_or_create_schema_response(cmd.request_id, schema_version=version))
+        try:
+            topic = self.parse_topic(cmd.topic)
+            self._service.check_namespace(topic)
+        except BrokerError as exc:
+            code, message = to_wire(exc)
+            self.write(
+                commands.get_or_create_schema_response(
+                    cmd.request_id, error_code=code, error_message=message
+                )
+            )
+            return
+        schema = cmd.schema.SerializeToString()
+
+        async def store() -> None:  # durable before the answer, written off the event loop
+            version = await self._service.schemas.put(topic.full_name, schema)
+            self.write(
+                commands.get_or_create_schema_response(cmd.request_id, schema_version=version)
+            )
+
+        self.request(cmd.request_id, store)
 
     # ------------------------------------------------------------------ producers
 

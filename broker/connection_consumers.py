@@ -179,6 +179,9 @@ class ConsumerEndpoint:
                 target = topic.seek_target(MessageId.from_pb(cmd.message_id))
             else:
                 raise MetadataError("Seek needs a message id or a publish time")
+            if self._consumers.get(cmd.consumer_id) is not state or subscription.closed:
+                # Closed, unsubscribed or unloaded while the seek by time read the disk.
+                raise MetadataError("Consumer not found")
             # Java's order, which the client expects: disconnect, reset, then reply.
             subscription.disconnect_all()
             subscription.reset_to(target)

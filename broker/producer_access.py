@@ -202,6 +202,7 @@ class ProducerAccess(Generic[H]):
         self._waiters: dict[H, _Waiter] = {}
         self._by_name: dict[str, H] = {}
         self._fenced: set[H] = set()
+        self._fenced_total = 0
 
     # ---------------------------------------------------------------- queries
 
@@ -239,7 +240,7 @@ class ProducerAccess(Generic[H]):
             holder=holder,
             waiters=tuple(waiter.name for waiter in self._waiters.values()),
             shared_producers=sum(p.mode is AccessMode.Shared for p in self._producers.values()),
-            fenced=len(self._fenced),
+            fenced=self._fenced_total,
         )
 
     # ---------------------------------------------------------------- commands
@@ -303,7 +304,10 @@ class ProducerAccess(Generic[H]):
         """A producer closed, was closed by the broker, or its connection dropped.
 
         Idempotent; unknown handles are ignored.  Returns the waiter promoted as a consequence.
+        A fenced handle is forgotten here: the caller is done with it, and keeping it would keep
+        every fenced producer (and through it its connection) reachable for the topic's life.
         """
+        self._fenced.discard(handle)
         waiter = self._waiters.pop(handle, None)
         if waiter is not None:
             del self._by_name[waiter.name]
@@ -439,6 +443,7 @@ class ProducerAccess(Generic[H]):
         if handle == self._holder:
             self._holder = None
         self._fenced.add(handle)
+        self._fenced_total += 1
 
     def _fail_stale_waiters(self) -> tuple[H, ...]:
         """Fail the waiters whose requested epoch the topic epoch has just moved past."""
@@ -455,6 +460,7 @@ class ProducerAccess(Generic[H]):
         waiter = self._waiters.pop(handle)
         del self._by_name[waiter.name]
         self._fenced.add(handle)
+        self._fenced_total += 1
 
     # ---------------------------------------------------------------- helpers
 

@@ -7,6 +7,11 @@ the signal handling (SIGTERM/SIGINT) and is what ``magnetar standalone`` runs.
 
 Topic loads are serialized per topic name (one ``asyncio.Lock`` each): recovery, including the
 PIP-6 dedup replay, runs exactly once per load (Pulsar #25954) and before any producer is admitted.
+
+A loaded topic's ledger directory is held with a ``LedgerLock`` (released on unload and shutdown),
+so ``magnetar repair-topic`` never cuts files a topic is using; a load that finds the lock taken
+by a repair answers ServiceNotReady (retry). A topic whose storage is damaged is refused and
+remembered (``damaged_topics``) until its files change or it is unloaded.
 """
 
 from __future__ import annotations
@@ -14,29 +19,71 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import signal
 import time
 from pathlib import Path
-from urllib.parse import quote, unquote
 
+from broker.blocking import run_blocking
 from broker.config import BrokerConfig
 from broker.connection import ServerConnection
+from broker.connection_limits import ConnectionLimiter
+from broker.damaged_topics import DamagedTopics, TopicDamage
 from broker.dedup import MessageDeduplication
 from broker.dedup_recovery import dedup_config_from, open_ledger_for_dedup, recover_dedup
 from broker.errors import ServiceNotReady, TopicNotFound
 from broker.metadata_store import PolicyStore, SchemaStore
-from broker.storage import FileLayer, Ledger, LedgerConfig, Position
+from broker.storage import (
+    CorruptCursorError,
+    CorruptLedgerError,
+    FileLayer,
+    Ledger,
+    LedgerConfig,
+    OsFileLayer,
+    Position,
+)
+from broker.storage.files import ensure_directory
+from broker.storage.lock import LedgerLock
 from broker.topic import Topic, ledger_config_from
-from protocol.topic_name import TopicName
+from protocol.topic_name import (
+    InvalidTopicNameError,
+    NamespaceName,
+    TopicName,
+    folder_name,
+    part_from_folder_name,
+)
 
 log = logging.getLogger(__name__)
 
 
-def topic_directory(data_path: Path, topic: TopicName) -> Path:
-    """``<dataDir>/persistent/<tenant>/<ns>/<topic>``; the local name is %-encoded."""
+def namespace_directory(data_path: Path, namespace: NamespaceName) -> Path:
+    """``<dataDir>/persistent/<tenant>/<ns>``, each part spelled by ``folder_name``."""
     return (
-        data_path / "persistent" / topic.tenant / topic.namespace / quote(topic.local_name, safe="")
+        data_path / "persistent" / folder_name(namespace.tenant) / folder_name(namespace.namespace)
     )
+
+
+def topic_directory(data_path: Path, topic: TopicName) -> Path:
+    """``<dataDir>/persistent/<tenant>/<ns>/<topic>``, each part spelled by ``folder_name``.
+
+    A ``TopicName`` is validated when it is built (never ``.``/``..``, no separator, at most 255
+    bytes per folder name), and ``folder_name`` is injective even on a case-insensitive file
+    system, so this is one folder strictly inside the namespace folder, and no other topic's.
+    """
+    namespace = NamespaceName(topic.tenant, topic.namespace)
+    return namespace_directory(data_path, namespace) / folder_name(topic.local_name)
+
+
+def _topic_stored_in(namespace: NamespaceName, folder: Path) -> TopicName | None:
+    """The topic ``folder`` (a child of the namespace folder) holds, or None for anything
+    ``topic_directory`` never creates: a stray file, another spelling, an invalid name."""
+    local_name = part_from_folder_name(folder.name)
+    if local_name is None or not folder.is_dir():
+        return None
+    try:
+        return TopicName(namespace.tenant, namespace.namespace, local_name)
+    except InvalidTopicNameError:
+        return None
 
 
 class BrokerService:
@@ -50,8 +97,13 @@ class BrokerService:
         self.policies = PolicyStore(metadata_dir)
         self.schemas = SchemaStore(metadata_dir)
         self.connections: set[ServerConnection] = set()
+        self.connection_limiter = ConnectionLimiter(
+            config.broker_max_connections, config.broker_max_connections_per_ip
+        )
         self.topics: dict[str, Topic] = {}
+        self.damaged = DamagedTopics()
         self._load_locks: dict[str, asyncio.Lock] = {}
+        self._ledger_locks: dict[str, LedgerLock] = {}
         self._producer_counter = 0
         # Unique across restarts: generated producer names are dedup keys (PIP-6).
         self._instance = format(int(time.time() * 1000), "x")
@@ -76,16 +128,19 @@ class BrokerService:
         self.check_namespace(topic)
         return 0
 
-    def topics_of_namespace(self, namespace: str) -> list[str]:
-        names = set(self.topics)
-        tenant, _, ns = namespace.partition("/")
-        directory = self.data_path / "persistent" / tenant / ns
+    def topics_of_namespace(self, namespace: NamespaceName) -> list[str]:
+        """Full names of the loaded topics and of the topic folders on disk, sorted."""
+        prefix = f"persistent://{namespace}/"
+        names = {name for name in self.topics if name.startswith(prefix)}
+        directory = namespace_directory(self.data_path, namespace)
         if directory.is_dir():
             for child in directory.iterdir():
-                if child.is_dir():
-                    names.add(f"persistent://{tenant}/{ns}/{unquote(child.name)}")
-        prefix = f"persistent://{namespace}/"
-        return sorted(n for n in names if n.startswith(prefix))
+                topic = _topic_stored_in(namespace, child)
+                if topic is None:
+                    log.debug("%s: %s is not a topic folder, not listed", namespace, child.name)
+                else:
+                    names.add(topic.full_name)
+        return sorted(names)
 
     # ------------------------------------------------------------------ topics
 
@@ -102,11 +157,13 @@ class BrokerService:
         topic = self.topics.get(key)
         if topic is not None:
             return topic
+        await self.refuse_if_damaged(name)
         lock = self._load_locks.setdefault(key, asyncio.Lock())
         async with lock:
             topic = self.topics.get(key)
             if topic is not None:
                 return topic
+            await self.refuse_if_damaged(name)  # a load we waited for may just have failed
             self.check_namespace(name)
             directory = topic_directory(self.data_path, name)
             if not directory.exists() and not (create and self.config.allow_auto_topic_creation):
@@ -115,10 +172,33 @@ class BrokerService:
             self.topics[key] = topic
             return topic
 
+    async def refuse_if_damaged(self, name: TopicName) -> None:
+        """Raise ``TopicDamaged`` if the topic is known to be damaged and its files have not
+        changed since; forget the mark if they have (the next load tries afresh)."""
+        damage = self.damaged.get(name.full_name)
+        if damage is None:
+            return
+        if await run_blocking(damage.files_unchanged):
+            raise damage.error()
+        self.damaged.clear(name.full_name, damage)
+        log.info("topic %s: its damaged files changed; loading it again", name.full_name)
+
     async def _load(self, name: TopicName, directory: Path) -> Topic:
         started = time.monotonic()
         dedup_on = self.dedup_enabled_for(name)
-        ledger, dedup = await asyncio.to_thread(self._load_sync, directory, dedup_on)
+        key = name.full_name
+        try:
+            ledger, dedup = await run_blocking(self._load_sync, key, directory, dedup_on)
+        except _Refused as refused:
+            self.damaged.mark(refused.damage)
+            log.error(
+                "topic %s refused until repaired, nothing was dropped: %s "
+                "(`magnetar repair-topic %s` shows what cutting to the valid prefix would drop)",
+                key,
+                refused.damage.description,
+                key,
+            )
+            raise refused.damage.error() from refused.__cause__
         topic = Topic(name, ledger, self.config, dedup=dedup)
         log.info(
             "loaded topic %s in %.3f s (dedup %s)",
@@ -129,10 +209,23 @@ class BrokerService:
         return topic
 
     def _load_sync(
-        self, directory: Path, dedup_on: bool
+        self, key: str, directory: Path, dedup_on: bool
     ) -> tuple[Ledger, MessageDeduplication[Position] | None]:
-        ledger_config = ledger_config_from(self.config)
-        ledger, snapshot_damaged = open_ledger_for_dedup(directory, ledger_config, self.file_layer)
+        self._hold_ledger_lock(key, directory)
+        try:
+            ledger_config = ledger_config_from(self.config)
+            ledger, snapshot_damaged = open_ledger_for_dedup(
+                directory, ledger_config, self.file_layer
+            )
+        except CorruptLedgerError as exc:
+            # Fingerprint the files while still holding the lock: a repair cannot slip in
+            # between, so the mark never outlives the damage it describes.
+            damage = TopicDamage.of(key, directory, exc)
+            self._release_ledger_lock(key)
+            raise _Refused(damage) from exc
+        except BaseException:
+            self._release_ledger_lock(key)
+            raise
         try:
             dedup = (
                 recover_dedup(ledger, dedup_config_from(self.config), full_replay=snapshot_damaged)
@@ -142,9 +235,28 @@ class BrokerService:
             if not dedup_on and "pulsar.dedup" in ledger.cursors:
                 ledger.delete_cursor("pulsar.dedup")
         except BaseException:
-            ledger.close()
+            try:
+                ledger.close()
+            finally:
+                self._release_ledger_lock(key)
             raise
         return ledger, dedup
+
+    def _hold_ledger_lock(self, key: str, directory: Path) -> None:
+        """Take the directory's lock for a load (worker thread). Kept if this service already
+        holds it: a topic dropped without an unload (a test's simulated crash) still owns it."""
+        if key in self._ledger_locks:
+            return
+        ensure_directory(self.file_layer or OsFileLayer(), directory)  # durably, as open would
+        lock = LedgerLock.try_acquire(directory)
+        if lock is None:
+            raise ServiceNotReady(f"Topic {key} is being repaired (its ledger is locked); retry")
+        self._ledger_locks[key] = lock
+
+    def _release_ledger_lock(self, key: str) -> None:
+        lock = self._ledger_locks.pop(key, None)
+        if lock is not None:
+            lock.release()
 
     def loaded_topic(self, name: TopicName) -> Topic | None:
         return self.topics.get(name.full_name)
@@ -156,30 +268,72 @@ class BrokerService:
         """Close a loaded topic. Holding its load lock keeps a reconnecting client from opening
         the same ledger directory while the old instance is still closing."""
         key = name.full_name
-        lock = self._load_locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            topic = self.topics.pop(key, None)
+        async with self._load_locks.setdefault(key, asyncio.Lock()):
+            await self._unload_locked(key)
+
+    async def _unload_locked(self, key: str) -> None:
+        self.damaged.clear(key)
+        topic = self.topics.pop(key, None)
+        try:
             if topic is not None:
                 await topic.close()
+        finally:
+            self._release_ledger_lock(key)
 
     async def delete_topic(self, name: TopicName) -> None:
-        await self.unload_topic(name)
-        directory = topic_directory(self.data_path, name)
-        if directory.exists():
-            await asyncio.to_thread(_delete_ledger, directory, ledger_config_from(self.config))
-        self.schemas.delete(name.full_name)
+        """Unload, then remove the topic's files, all under its load lock: a client that
+        reconnects meanwhile waits, then finds no topic (or creates a fresh one), instead of
+        loading the ledger while its files are being removed."""
+        key = name.full_name
+        async with self._load_locks.setdefault(key, asyncio.Lock()):
+            await self._unload_locked(key)
+            directory = topic_directory(self.data_path, name)
+            await run_blocking(self._delete_ledger, key, directory)
+            await self.schemas.delete(key)
+
+    def _delete_ledger(self, key: str, directory: Path) -> None:
+        """Remove a topic's storage (disk thread), holding its ledger lock so that a repair
+        cannot be working on it meanwhile."""
+        if not directory.exists():
+            return
+        self._hold_ledger_lock(key, directory)
+        try:
+            _delete_ledger(directory, ledger_config_from(self.config))
+        finally:
+            self._release_ledger_lock(key)
 
     async def close_topics(self) -> None:
         topics = list(self.topics.values())
         self.topics.clear()
-        results = await asyncio.gather(*(t.close() for t in topics), return_exceptions=True)
+        try:
+            results = await asyncio.gather(*(t.close() for t in topics), return_exceptions=True)
+        finally:
+            for key in list(self._ledger_locks):
+                self._release_ledger_lock(key)
         for topic, result in zip(topics, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("closing %s failed: %s", topic.name.full_name, result)
 
 
+class _Refused(Exception):
+    """A load found the topic's storage damaged (``damage``, taken under the ledger lock)."""
+
+    def __init__(self, damage: TopicDamage) -> None:
+        super().__init__(damage.description)
+        self.damage = damage
+
+
 def _delete_ledger(directory: Path, config: LedgerConfig) -> None:
-    Ledger.open(directory, config).delete()
+    """Delete a topic's ledger; a damaged one too (deleting is the operator's explicit wish to
+    drop everything, so damage is no reason to keep the files)."""
+    try:
+        ledger = Ledger.open(directory, config)
+    except (CorruptLedgerError, CorruptCursorError) as exc:
+        log.warning("deleting damaged topic storage %s (%s)", directory, exc)
+        shutil.rmtree(directory)
+        OsFileLayer().fsync_dir(directory.parent)
+        return
+    ledger.delete()
 
 
 class Broker:

@@ -572,6 +572,11 @@ class Subscription:
         """Messages dispatched and not yet acknowledged, over all consumers."""
         return sum(flight.unacked for flight in self._in_flight.values())
 
+    @property
+    def closed(self) -> bool:
+        """Closed (topic unloaded or deleted, subscription deleted): its cursor is unusable."""
+        return self._closed
+
     def close(self) -> None:
         """Stop dispatching and disconnect the consumers (topic unload, shutdown, deletion).
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from crc32c import crc32c as _crc32c
 
@@ -83,6 +83,58 @@ def _types_with_required_fields() -> frozenset[int]:
 
 
 _HAS_REQUIRED = _types_with_required_fields()
+
+
+# proto2 does not validate UTF-8: upb hands back ``bytes`` for a string field whose bytes are not
+# UTF-8, and a name that is ``bytes`` breaks every consumer of it (dict keys, JSON, topic parsing).
+# So a command is checked, but only along the fields that can hold a string at all: a plan per
+# message type lists its string fields and its message fields that contain one, and SEND, FLOW
+# or MESSAGE, which contain none, cost nothing.
+_StringPlan = tuple[tuple[str, bool, "_StringPlan | None"], ...]
+
+
+def _string_plan(message_type: Any, seen: frozenset[str]) -> _StringPlan:
+    """``message_type`` is a protobuf ``Descriptor``; ``seen`` only keeps a recursive type
+    finite (PulsarApi.proto has none)."""
+    plan: list[tuple[str, bool, _StringPlan | None]] = []
+    for field in message_type.fields:
+        repeated = bool(field.is_repeated)
+        if field.type == field.TYPE_STRING:
+            plan.append((field.name, repeated, None))
+        elif field.type == field.TYPE_MESSAGE and field.message_type.full_name not in seen:
+            inner = _string_plan(field.message_type, seen | {message_type.full_name})
+            if inner:
+                plan.append((field.name, repeated, inner))
+    return tuple(plan)
+
+
+def _string_plans() -> dict[int, _StringPlan]:
+    fields = pb.BaseCommand.DESCRIPTOR.fields_by_number
+    plans = {}
+    for number in SUB_MESSAGE_NAME:
+        message_type = fields[number].message_type
+        assert message_type is not None
+        plan = _string_plan(message_type, frozenset())
+        if plan:
+            plans[number] = plan
+    return plans
+
+
+_STRING_PLANS = _string_plans()
+
+
+def _require_utf8(message: Any, plan: _StringPlan, where: str) -> None:
+    for name, repeated, inner in plan:
+        if inner is None:
+            values = getattr(message, name) if repeated else (getattr(message, name),)
+            for value in values:
+                if value.__class__ is not str:
+                    raise RemoteProtocolError(f"{where}: field {name!r} is not valid UTF-8")
+        elif repeated:
+            for item in getattr(message, name):
+                _require_utf8(item, inner, where)
+        elif message.HasField(name):
+            _require_utf8(getattr(message, name), inner, where)
 
 
 @dataclass(slots=True)
@@ -215,6 +267,9 @@ def _parse_command(data: memoryview) -> pb.BaseCommand:
             )
     elif not command.HasField(name):  # type: ignore[arg-type]  # name comes from the table
         raise RemoteProtocolError(f"{_TYPE.Name(frame_type)}: sub-message {name!r} missing")
+    plan = _STRING_PLANS.get(frame_type)
+    if plan is not None:
+        _require_utf8(getattr(command, name), plan, _TYPE.Name(frame_type))
     return command
 
 

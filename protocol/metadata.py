@@ -121,14 +121,17 @@ class SendEntryChecker:
             md.ParseFromString(entry[4 : 4 + size])
         except Exception as exc:  # upb DecodeError
             raise RemoteProtocolError(f"cannot parse MessageMetadata: {exc}") from None
-        if not (
-            _HAS_FIELD(md, "producer_name")
-            and _HAS_FIELD(md, "sequence_id")
-            and _HAS_FIELD(md, "publish_time")
+        # An empty producer_name is refused like a missing one (the broker keys dedup on it),
+        # which saves a HasField. proto2 keeps a string that is not UTF-8 as bytes: the broker
+        # keys on producer_name and partition_key, so both must be str.
+        name = md.producer_name
+        if (
+            not name
+            or name.__class__ is not str
+            or md.partition_key.__class__ is not str
+            or not (_HAS_FIELD(md, "sequence_id") and _HAS_FIELD(md, "publish_time"))
         ):
-            raise RemoteProtocolError(
-                "MessageMetadata lacks producer_name, sequence_id or publish_time"
-            )
+            raise RemoteProtocolError(_missing_or_invalid(md))
         in_batch = md.num_messages_in_batch
         if in_batch != num_messages or in_batch < 1:
             raise RemoteProtocolError(
@@ -139,12 +142,25 @@ class SendEntryChecker:
         if not num_chunks:
             return None
         chunk_id = md.chunk_id
-        if not 0 <= chunk_id < num_chunks <= _MAX_CHUNKS or in_batch != 1 or not md.uuid:
+        uuid = md.uuid
+        if (
+            not 0 <= chunk_id < num_chunks <= _MAX_CHUNKS
+            or in_batch != 1
+            or not uuid
+            or uuid.__class__ is not str
+        ):
             raise RemoteProtocolError(
                 f"inconsistent chunk fields: chunk {chunk_id} of {num_chunks}, "
                 f"{in_batch} messages, uuid {md.uuid!r}"
             )
-        return ChunkInfo(md.uuid, chunk_id, num_chunks)
+        return ChunkInfo(uuid, chunk_id, num_chunks)
+
+
+def _missing_or_invalid(md: pb.MessageMetadata) -> str:
+    """What is wrong with metadata `SendEntryChecker` refused (the slow path only)."""
+    if md.producer_name.__class__ is not str or md.partition_key.__class__ is not str:
+        return "producer_name or partition_key is not valid UTF-8"
+    return "MessageMetadata lacks producer_name, sequence_id or publish_time"
 
 
 def decode_entry(entry: bytes | memoryview) -> tuple[pb.MessageMetadata, bytes]:
@@ -211,4 +227,6 @@ def _parse(entry: bytes | memoryview) -> tuple[pb.MessageMetadata, int]:
         raise RemoteProtocolError(
             "MessageMetadata lacks producer_name, sequence_id or publish_time"
         )
+    if metadata.producer_name.__class__ is not str or metadata.partition_key.__class__ is not str:
+        raise RemoteProtocolError("producer_name or partition_key is not valid UTF-8")
     return metadata, 4 + size

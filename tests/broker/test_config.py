@@ -39,6 +39,9 @@ def test_defaults_match_the_specification() -> None:
     assert config.acknowledgment_at_batch_index_level_enabled is True
     assert config.subscription_key_shared_use_consistent_hashing is False
     assert config.log_level == "INFO"
+    # Pulsar's defaults: no cap on connections, in total or per IP address.
+    assert config.broker_max_connections == 0
+    assert config.broker_max_connections_per_ip == 0
 
 
 def test_load_without_a_file_gives_the_defaults() -> None:
@@ -147,6 +150,10 @@ BAD_VALUES = [
     ("maxMessageSize", "2147483647", "out of range"),
     ("keepAliveIntervalSeconds", "0", "out of range"),
     ("maxPendingPublishRequestsPerConnection", "0", "out of range"),
+    ("brokerMaxConnections", "-1", "out of range"),
+    ("brokerMaxConnections", "1.5", "expected an integer"),
+    ("brokerMaxConnectionsPerIp", "-1", "out of range"),
+    ("brokerMaxConnectionsPerIp", "false", "expected an integer"),
     ("defaultRetentionTimeInMinutes", "-2", "out of range"),
     ("journalMaxGroupWaitMSec", "-0.5", "out of range"),
     ("journalMaxGroupWaitMSec", "nan", "not a finite number"),
@@ -205,6 +212,13 @@ def test_overrides_are_parsed_as_toml_scalars() -> None:
     assert config.journal_sync_data is False
     assert config.journal_max_group_wait_msec == 0.25
     assert config.cluster_name == "quoted name"
+
+
+def test_connection_caps_accept_zero_for_unlimited_and_any_positive_cap() -> None:
+    config = load_config(None, {"brokerMaxConnections": "0", "brokerMaxConnectionsPerIp": "1"})
+    assert (config.broker_max_connections, config.broker_max_connections_per_ip) == (0, 1)
+    config = load_config(None, {"brokerMaxConnections": "50000", "brokerMaxConnectionsPerIp": "0"})
+    assert (config.broker_max_connections, config.broker_max_connections_per_ip) == (50000, 0)
 
 
 def test_unquoted_text_is_taken_literally_for_string_settings() -> None:

@@ -267,3 +267,40 @@ def test_entry_is_relayed_byte_for_byte() -> None:
     [delivered] = decode_all(commands.message(4, MessageId(3, 9), sent.entry))
     assert delivered.entry == entry
     assert delivered.checksum_valid
+
+
+# --------------------------------------------------------------------------- UTF-8 in strings
+
+
+def _with_bad_utf8(frame: bytes, good: bytes) -> bytes:
+    """``frame`` with the string bytes ``good`` replaced by as many bytes that are not UTF-8."""
+    assert frame.count(good) == 1
+    return frame.replace(good, b"\xff" * len(good))
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        commands.lookup("persistent://public/default/xyzzy", 1),
+        commands.producer("persistent://public/default/t", 1, 1, producer_name="xyzzy"),
+        commands.subscribe("persistent://public/default/t", "xyzzy", 1, 1, 0),
+        commands.connect("xyzzy", protocol_version=20),
+    ],
+    ids=["lookup-topic", "producer-name", "subscription-name", "client-version"],
+)
+def test_a_string_field_that_is_not_utf8_is_refused(frame: bytes) -> None:
+    """proto2 would hand such a field back as bytes; every name the broker keys on is a str."""
+    decoder = FrameDecoder()
+    decoder.feed(_with_bad_utf8(frame, b"xyzzy"))
+    with pytest.raises(RemoteProtocolError, match="not valid UTF-8"):
+        list(decoder)
+
+
+def test_nested_and_repeated_strings_are_checked_too() -> None:
+    frame = commands.subscribe(
+        "persistent://public/default/t", "s", 1, 1, 0, metadata={"k": "xyzzy"}
+    )
+    decoder = FrameDecoder()
+    decoder.feed(_with_bad_utf8(frame, b"xyzzy"))
+    with pytest.raises(RemoteProtocolError, match="'value' is not valid UTF-8"):
+        list(decoder)

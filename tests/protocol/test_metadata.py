@@ -229,3 +229,23 @@ def test_an_accepted_entry_always_parses_later(
     if chunk is not None:
         assert facts.chunk_id == chunk.chunk_id
         assert facts.is_partial_chunk == (not chunk.is_last)
+
+
+@pytest.mark.parametrize("field", ["producer_name", "partition_key", "uuid"])
+def test_checker_and_parser_refuse_names_that_are_not_utf8(field: str) -> None:
+    """proto2 keeps such a string as bytes: a broker keying dedup or Key_Shared on it breaks."""
+    metadata = pb.MessageMetadata(
+        producer_name="p", sequence_id=1, publish_time=1, partition_key="k"
+    )
+    if field == "uuid":
+        metadata.uuid, metadata.num_chunks_from_msg, metadata.chunk_id = "xyzzy", 2, 0
+    else:
+        setattr(metadata, field, "xyzzy")
+    entry = encode_entry(metadata, b"payload")
+    assert entry.count(b"xyzzy") == 1
+    entry = entry.replace(b"xyzzy", b"\xff" * 5)
+    with pytest.raises(RemoteProtocolError):
+        SendEntryChecker().check(entry, 1)
+    if field != "uuid":
+        with pytest.raises(RemoteProtocolError, match="UTF-8"):
+            parse_entry_metadata(entry)

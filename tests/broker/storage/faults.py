@@ -48,8 +48,8 @@ class NoSyncLayer(FileLayer):
 
 
 class HeldSync(NoSyncLayer):
-    """fdatasync, fsync and directory syncs block while ``held``: a disk that does not answer. ``entered`` is set
-    when a sync call is waiting."""
+    """fdatasync, fsync and directory syncs block while ``held``: a disk that does not answer.
+    ``entered`` is set when a sync call is waiting."""
 
     def __init__(self) -> None:
         self.released = threading.Event()
