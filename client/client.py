@@ -1,0 +1,239 @@
+"""``AsyncClient``: the asyncio-native entry point (``Client`` in ``client.sync`` wraps it).
+
+One client owns a connection pool (one socket per broker, shared by all its producers and
+lookups), a lookup service and the producers it created. ``close()`` (or leaving
+``async with``) closes the producers (each delivers what it has pending first, within the
+operation timeout), then every connection, and returns when no socket is left.
+
+A client belongs to the process and the event loop that first used it: after ``os.fork()`` the
+child gets ``ClientUsedAfterFork`` from it and must create its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from client.config import ClientConfig
+from client.connection import Connection
+from client.connection_pool import ConnectionPool
+from client.errors import (
+    AlreadyClosed,
+    ClientUsedAfterFork,
+    InvalidTopicName,
+    OperationNotSupported,
+)
+from client.lookup import LookupService
+from client.producer import AsyncProducer, PayloadEncoder, ProducerConfig
+from client.service_url import ServiceUrl
+from protocol import InvalidTopicNameError, TopicName
+from protocol.enums import CompressionType, ProducerAccessMode
+
+__all__ = ["AsyncClient"]
+
+#: Options of the official ``pulsar.Client`` that tune its C++ core; accepted and ignored.
+_CORE_TUNING_OPTIONS = frozenset(
+    {
+        "io_threads",
+        "message_listener_threads",
+        "concurrent_lookup_requests",
+        "log_conf_file_path",
+        "stats_interval_in_seconds",
+        "logger",
+        "tls_trust_certs_file_path",
+        "tls_allow_insecure_connection",
+        "tls_validate_hostname",
+        "tls_private_key_file_path",
+        "tls_certificate_file_path",
+    }
+)
+
+
+class AsyncClient:
+    """A client of one Pulsar service (Magnetar or Apache Pulsar).
+
+    Args:
+        service_url: ``pulsar://host:port`` (several hosts: ``pulsar://h1:p1,h2:p2``).
+        operation_timeout_seconds: bound on lookups, producer creation and close.
+        connection_timeout_ms: bound on opening one connection (TCP + handshake).
+        keep_alive_interval_seconds: PING period; a silent connection is dropped after it.
+        initial_backoff_interval_ms / max_backoff_interval_ms: reconnection delays.
+        listener_name: the broker's advertised listener to use.
+        authentication, use_tls: not supported yet (refused rather than ignored).
+        official_options: other ``pulsar.Client`` options, which tune the C++ core
+            (``io_threads``, ``logger``, ...): accepted and ignored.
+    """
+
+    def __init__(
+        self,
+        service_url: str,
+        operation_timeout_seconds: float = 30,
+        *,
+        connection_timeout_ms: int = 10_000,
+        keep_alive_interval_seconds: float = 30,
+        initial_backoff_interval_ms: int = 100,
+        max_backoff_interval_ms: int = 60_000,
+        listener_name: str | None = None,
+        authentication: object = None,
+        use_tls: bool = False,
+        **official_options: Any,
+    ) -> None:
+        unknown = set(official_options) - _CORE_TUNING_OPTIONS
+        if unknown:
+            raise TypeError(f"unexpected keyword arguments: {sorted(unknown)}")
+        if authentication is not None or use_tls:
+            raise OperationNotSupported("authentication and TLS are not supported yet")
+        self._service_url = ServiceUrl.parse(service_url)
+        self.config = ClientConfig(
+            operation_timeout=float(operation_timeout_seconds),
+            connection_timeout=connection_timeout_ms / 1000,
+            keep_alive_interval=float(keep_alive_interval_seconds),
+            initial_backoff=initial_backoff_interval_ms / 1000,
+            max_backoff=max_backoff_interval_ms / 1000,
+            listener_name=listener_name,
+        )
+        self._pool = ConnectionPool(self.config)
+        self._lookup = LookupService(self._pool, self._service_url, self.config)
+        self._producers: set[AsyncProducer] = set()
+        self._ids = itertools.count()
+        self._pid = os.getpid()
+        self._closed = False
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # --- producers ----------------------------------------------------------------------
+
+    async def create_producer(
+        self,
+        topic: str,
+        producer_name: str | None = None,
+        schema: PayloadEncoder | None = None,
+        initial_sequence_id: int | None = None,
+        send_timeout_millis: int = 30_000,
+        compression_type: CompressionType | int = CompressionType.NONE,
+        max_pending_messages: int = 1000,
+        max_pending_messages_across_partitions: int = 50_000,
+        block_if_queue_full: bool = False,
+        batching_enabled: bool = False,
+        batching_max_messages: int = 1000,
+        batching_max_allowed_size_in_bytes: int = 128 * 1024,
+        batching_max_publish_delay_ms: int = 10,
+        chunking_enabled: bool = False,
+        message_routing_mode: object = None,
+        lazy_start_partitioned_producers: bool = False,
+        properties: Mapping[str, str] | None = None,
+        batching_type: object = None,
+        encryption_key: str | None = None,
+        crypto_key_reader: object = None,
+        access_mode: ProducerAccessMode | int = ProducerAccessMode.Shared,
+        message_router: object = None,
+    ) -> AsyncProducer:
+        """Create a producer (the official ``create_producer`` arguments, same order).
+
+        The partition-routing options (``message_routing_mode``, ``message_router``,
+        ``lazy_start_partitioned_producers``, ``max_pending_messages_across_partitions``) and
+        ``batching_type`` are accepted and ignored: partitioned topics are refused for now.
+
+        Raises:
+            InvalidTopicName: the topic name is not valid.
+            OperationNotSupported: a partitioned topic, or encryption.
+            Timeout, ProducerBusy, ProducerFenced, TopicNotFound, ...: creation failed.
+        """
+        self._check_open()
+        if encryption_key is not None or crypto_key_reader is not None:
+            raise OperationNotSupported("end-to-end encryption is not supported yet")
+        full_name = _full_topic_name(topic)
+        config = ProducerConfig(
+            producer_name=producer_name,
+            initial_sequence_id=initial_sequence_id,
+            send_timeout_millis=send_timeout_millis,
+            access_mode=ProducerAccessMode(int(access_mode)),
+            max_pending_messages=max_pending_messages,
+            block_if_queue_full=block_if_queue_full,
+            properties=dict(properties or {}),
+            batching_enabled=batching_enabled,
+            batching_max_messages=batching_max_messages,
+            batching_max_allowed_size_in_bytes=batching_max_allowed_size_in_bytes,
+            batching_max_publish_delay_ms=batching_max_publish_delay_ms,
+            compression_type=CompressionType(int(compression_type)),
+            chunking_enabled=chunking_enabled,
+            schema=schema,
+        )
+        if await self._lookup.partitioned_metadata(full_name) > 0:
+            raise OperationNotSupported(f"{full_name} is partitioned; not supported yet")
+        producer = AsyncProducer(self, full_name, next(self._ids), config)
+        self._producers.add(producer)
+        try:
+            await producer.start()
+        except BaseException:
+            self._producers.discard(producer)
+            raise
+        return producer
+
+    async def get_topic_partitions(self, topic: str) -> list[str]:
+        """The partition names of ``topic``, or ``[topic]`` when it is not partitioned."""
+        self._check_open()
+        full_name = _full_topic_name(topic)
+        partitions = await self._lookup.partitioned_metadata(full_name)
+        if partitions == 0:
+            return [full_name]
+        return [f"{full_name}-partition-{index}" for index in range(partitions)]
+
+    # --- closing ------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close every producer, then every connection; idempotent."""
+        if self._pid != os.getpid():
+            self._closed = True  # the parent's sockets are not ours to touch
+            return
+        if self._closed:
+            return
+        self._closed = True
+        producers = list(self._producers)
+        await asyncio.gather(*(producer.close() for producer in producers))
+        await self._pool.close()
+
+    @property
+    def connections(self) -> list[Connection]:
+        """Open connections (for statistics and tests)."""
+        return self._pool.connections
+
+    # --- what producers need (ProducerHost) ---------------------------------------------
+
+    async def connection_for(self, topic: str) -> Connection:
+        """A connection to the broker that owns ``topic`` (looked up every time)."""
+        self._check_open()
+        owner = await self._lookup.lookup(topic)
+        return await self._pool.get(owner.logical, owner.physical)
+
+    def producer_closed(self, producer: AsyncProducer) -> None:
+        self._producers.discard(producer)
+
+    def _check_open(self) -> None:
+        if self._pid != os.getpid():
+            raise ClientUsedAfterFork(
+                f"this client was created in process {self._pid}, before os.fork(); "
+                "create a new client in the child process"
+            )
+        if self._closed:
+            raise AlreadyClosed("the client is closed")
+
+
+def _full_topic_name(topic: str) -> str:
+    try:
+        return TopicName.parse(topic).full_name
+    except InvalidTopicNameError as exc:
+        raise InvalidTopicName(str(exc)) from None

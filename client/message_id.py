@@ -1,0 +1,194 @@
+"""``MessageId`` as the official ``pulsar`` package shows it to applications.
+
+The wire-level id is ``protocol.ids.MessageId`` (a frozen dataclass with attributes); the
+official API has accessor *methods* (``ledger_id()``, ``entry_id()``, ...), a constructor taking
+``partition`` first, and ``serialize()`` bytes that applications store next to their state to
+resume from. This class wraps the protocol id so the application-facing names match, and keeps
+the one field the protocol id leaves out: ``batch_size``, which the C++ client writes into the
+serialized bytes of every message id that came out of a batch.
+
+``serialize()`` is byte-for-byte what C++ ``MessageId::serialize`` produces: a
+``MessageIdData`` with ``ledgerId``/``entryId`` (``-1`` as ``2**64-1``), ``partition`` and
+``batch_index`` only when not ``-1``, ``batch_size`` only when not ``0``, and for a chunked
+message (PIP-37) the first chunk's position in ``first_chunk_message_id`` (the id itself is the
+last chunk's, as C++ ``ChunkMessageIdImpl``). Tests compare with the official package.
+``deserialize()`` reads those bytes and ignores what it does not model (``ack_set``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from protocol import pb
+from protocol.ids import MessageId as WireMessageId
+
+__all__ = ["MessageId"]
+
+_I64_MAX = (1 << 63) - 1
+_I64_MIN = -(1 << 63)
+_U64_MASK = (1 << 64) - 1
+
+
+class MessageId:
+    """Position of a message in a topic: (ledger, entry[, batch index]) and the partition.
+
+    Ordering compares (ledger, entry, batch index) as signed numbers, as the official client
+    does; equality also compares the partition. Ids are immutable.
+    """
+
+    __slots__ = (
+        "_batch_index",
+        "_batch_size",
+        "_entry",
+        "_first_chunk",
+        "_ledger",
+        "_partition",
+        "_topic",
+    )
+
+    earliest: ClassVar[MessageId]
+    latest: ClassVar[MessageId]
+
+    def __init__(
+        self,
+        partition: int = -1,
+        ledger_id: int = -1,
+        entry_id: int = -1,
+        batch_index: int = -1,
+        *,
+        batch_size: int = 0,
+        first_chunk: WireMessageId | None = None,
+    ) -> None:
+        # Plain fields, no validation beyond the wire's range: a producer makes one per
+        # acknowledged message, so this constructor is on the hot path.
+        if not (_I64_MIN <= ledger_id <= _I64_MAX and _I64_MIN <= entry_id <= _I64_MAX):
+            raise ValueError(f"ledger and entry ids must be signed 64-bit: {ledger_id}:{entry_id}")
+        self._ledger = ledger_id
+        self._entry = entry_id
+        self._partition = partition
+        self._batch_index = batch_index
+        self._batch_size = batch_size
+        self._first_chunk = first_chunk
+        self._topic: str | None = None
+
+    @classmethod
+    def from_wire(
+        cls,
+        wire: WireMessageId,
+        *,
+        batch_size: int = 0,
+        first_chunk: WireMessageId | None = None,
+    ) -> MessageId:
+        """Wrap a protocol id (the form receipts and MESSAGE frames carry).
+
+        ``first_chunk``: for a chunked message, where its first chunk is (``wire`` is the last).
+        """
+        return cls(
+            wire.partition,
+            wire.ledger_id,
+            wire.entry_id,
+            wire.batch_index,
+            batch_size=batch_size,
+            first_chunk=first_chunk,
+        )
+
+    def ledger_id(self) -> int:
+        return self._ledger
+
+    def entry_id(self) -> int:
+        return self._entry
+
+    def batch_index(self) -> int:
+        return self._batch_index
+
+    def partition(self) -> int:
+        return self._partition
+
+    def batch_size(self) -> int:
+        """Messages in the batch this id points into (0 when not from a batch)."""
+        return self._batch_size
+
+    def topic_name(self) -> str | None:
+        """The topic given to ``deserialize`` (multi-topic consumers need it), else None."""
+        return self._topic
+
+    def first_chunk(self) -> WireMessageId | None:
+        """The first chunk's position for a chunked message, else None."""
+        return self._first_chunk
+
+    @property
+    def wire(self) -> WireMessageId:
+        """The protocol-level id (what SEEK, ACK and SUBSCRIBE builders take)."""
+        return WireMessageId(self._ledger, self._entry, self._partition, self._batch_index)
+
+    def serialize(self) -> bytes:
+        """Bytes to store and later hand to ``deserialize`` (the official client's format)."""
+        data = pb.MessageIdData(ledgerId=self._ledger & _U64_MASK, entryId=self._entry & _U64_MASK)
+        if self._partition != -1:
+            data.partition = self._partition
+        if self._batch_index != -1:
+            data.batch_index = self._batch_index
+        if self._batch_size:
+            data.batch_size = self._batch_size
+        if self._first_chunk is not None:
+            self._first_chunk.write_to(data.first_chunk_message_id)
+        return data.SerializeToString()
+
+    @staticmethod
+    def deserialize(message_id_bytes: bytes, topic: str | None = None) -> MessageId:
+        """Read bytes made by ``serialize`` (ours or the official client's).
+
+        Raises:
+            ValueError: the bytes are not a serialized message id.
+        """
+        data = pb.MessageIdData()
+        try:
+            data.ParseFromString(message_id_bytes)
+        except Exception as exc:  # upb raises DecodeError
+            raise ValueError(f"not a serialized message id: {exc}") from exc
+        if not data.IsInitialized():
+            raise ValueError("not a serialized message id: ledgerId or entryId missing")
+        first_chunk = (
+            WireMessageId.from_pb(data.first_chunk_message_id)
+            if data.HasField("first_chunk_message_id")
+            else None
+        )
+        message_id = MessageId.from_wire(
+            WireMessageId.from_pb(data), batch_size=data.batch_size, first_chunk=first_chunk
+        )
+        message_id._topic = topic
+        return message_id
+
+    def _key(self) -> tuple[int, int, int]:
+        return (self._ledger, self._entry, self._batch_index)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
+        return self._key() == other._key() and self._partition == other._partition
+
+    def __hash__(self) -> int:
+        return hash((self._ledger, self._entry, self._partition, self._batch_index))
+
+    def __lt__(self, other: MessageId) -> bool:
+        return self._key() < other._key()
+
+    def __le__(self, other: MessageId) -> bool:
+        return self._key() <= other._key()
+
+    def __gt__(self, other: MessageId) -> bool:
+        return self._key() > other._key()
+
+    def __ge__(self, other: MessageId) -> bool:
+        return self._key() >= other._key()
+
+    def __str__(self) -> str:
+        # The official format: (ledger,entry,partition,batch_index).
+        return f"({self._ledger},{self._entry},{self._partition},{self._batch_index})"
+
+    def __repr__(self) -> str:
+        return f"MessageId{self}"
+
+
+MessageId.earliest = MessageId.from_wire(WireMessageId.earliest)
+MessageId.latest = MessageId.from_wire(WireMessageId.latest)

@@ -1,0 +1,538 @@
+"""``Client`` and ``Producer``: the blocking facade, for scripts, threads and Spark executors.
+
+A ``Client`` runs one event loop on a background thread (uvloop when installed) and an
+``AsyncClient`` on it; every blocking call hands its work to that loop and waits. Work from
+application threads goes through one FIFO inbox, drained by the loop in order, so calls made
+by one thread happen in the order it made them (a ``send_async`` before a ``flush`` is
+flushed) and many threads can share a client and its producers. The loop is woken once per
+batch of submissions rather than once per call, which keeps ``send_async`` cheap.
+
+``Producer.send_async(content, callback)`` calls ``callback(result, message_id)`` as the
+official client does (``result`` is a ``Result``; ``message_id`` is None on failure), on the
+client's loop thread: a callback must not block, and must not call blocking methods of this
+client (that would deadlock; it raises ``RuntimeError`` instead). Without a callback it
+returns a ``concurrent.futures.Future``. ``max_pending_messages`` is enforced in the calling
+thread: with ``block_if_queue_full`` the call blocks there, otherwise the message is refused
+with ``ProducerQueueIsFull``.
+
+``os.fork()``: the loop thread and sockets stay with the parent. A ``Client`` used in a child
+raises ``ClientUsedAfterFork``; the child creates its own ``Client`` (Spark's forked workers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, TypeVar
+
+from client.client import AsyncClient
+from client.errors import (
+    AlreadyClosed,
+    ClientUsedAfterFork,
+    InvalidMessage,
+    ProducerQueueIsFull,
+    PulsarException,
+    Result,
+)
+from client.message_id import MessageId
+from client.producer import AsyncProducer, PayloadEncoder, prepare_message
+from protocol.enums import CompressionType, ProducerAccessMode
+
+__all__ = ["Client", "Producer", "SendCallback"]
+
+logger = logging.getLogger(__name__)
+R = TypeVar("R")
+SendCallback = Callable[[Result, MessageId | None], None]
+
+
+def _new_event_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on every platform we run
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class _LoopThread:
+    """An event loop on a daemon thread, fed through a FIFO inbox."""
+
+    def __init__(self) -> None:
+        self._inbox: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
+        self._wakeup_pending = False
+        self._started = threading.Event()
+        self.loop: asyncio.AbstractEventLoop = _new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="magnetar-client", daemon=True)
+        self._thread.start()
+        self._started.wait()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._started.set)
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.close()
+
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
+
+    def call_soon(self, function: Callable[..., None], *args: Any) -> None:
+        """Run ``function(*args)`` on the loop, after everything submitted before it."""
+        self._inbox.append((function, args))
+        if not self._wakeup_pending:
+            self._wakeup_pending = True
+            self.loop.call_soon_threadsafe(self._drain_inbox)
+
+    def _drain_inbox(self) -> None:
+        self._wakeup_pending = False  # first: a submission from now on schedules a new drain
+        inbox = self._inbox
+        while inbox:
+            function, args = inbox.popleft()
+            try:
+                function(*args)
+            except Exception:
+                logger.exception("error in work submitted to the client loop")
+
+    def run(self, coroutine: Coroutine[Any, Any, R]) -> R:
+        """Run ``coroutine`` on the loop and wait for its result in this thread.
+
+        Raises:
+            RuntimeError: called from the loop thread itself (it would wait for itself).
+        """
+        try:
+            self.refuse_to_block_the_loop()
+        except RuntimeError:
+            coroutine.close()
+            raise
+        done: concurrent.futures.Future[R] = concurrent.futures.Future()
+        self.call_soon(self._start, coroutine, done)
+        return done.result()
+
+    def on_loop_thread(self) -> bool:
+        return threading.get_ident() == self._thread.ident
+
+    def refuse_to_block_the_loop(self) -> None:
+        """Raise if called on the loop thread, where waiting for the loop would deadlock.
+
+        Raises:
+            RuntimeError: this is the loop thread (a send callback calling ``send``?).
+        """
+        if self.on_loop_thread():
+            raise RuntimeError(
+                "a blocking client call from the client's own loop thread (a send callback?) "
+                "would deadlock; use send_async or the AsyncClient there"
+            )
+
+    def _start(self, coroutine: Coroutine[Any, Any, R], done: concurrent.futures.Future[R]) -> None:
+        task = self.loop.create_task(coroutine)
+        task.add_done_callback(functools.partial(_copy_outcome, done))
+
+    def stop(self) -> None:
+        """Stop the loop and wait for the thread to end."""
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+
+
+def _copy_outcome(done: concurrent.futures.Future[R], task: asyncio.Future[R]) -> None:
+    if task.cancelled():
+        done.cancel()
+        return
+    error = task.exception()
+    if error is not None:
+        done.set_exception(error)
+    else:
+        done.set_result(task.result())
+
+
+class Client:
+    """Blocking client (``pulsar.Client``'s API); safe to share between threads.
+
+    Takes the same arguments as ``AsyncClient``.
+    """
+
+    def __init__(self, service_url: str, operation_timeout_seconds: float = 30, **options: Any):
+        self._pid = os.getpid()
+        self._async = AsyncClient(service_url, operation_timeout_seconds, **options)
+        self._loop_thread = _LoopThread()
+        self._closed = False
+        self._close_lock = threading.Lock()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def create_producer(
+        self,
+        topic: str,
+        producer_name: str | None = None,
+        schema: PayloadEncoder | None = None,
+        initial_sequence_id: int | None = None,
+        send_timeout_millis: int = 30_000,
+        compression_type: CompressionType | int = CompressionType.NONE,
+        max_pending_messages: int = 1000,
+        max_pending_messages_across_partitions: int = 50_000,
+        block_if_queue_full: bool = False,
+        batching_enabled: bool = False,
+        batching_max_messages: int = 1000,
+        batching_max_allowed_size_in_bytes: int = 128 * 1024,
+        batching_max_publish_delay_ms: int = 10,
+        chunking_enabled: bool = False,
+        message_routing_mode: object = None,
+        lazy_start_partitioned_producers: bool = False,
+        properties: Mapping[str, str] | None = None,
+        batching_type: object = None,
+        encryption_key: str | None = None,
+        crypto_key_reader: object = None,
+        access_mode: ProducerAccessMode | int = ProducerAccessMode.Shared,
+        message_router: object = None,
+    ) -> Producer:
+        """Create a producer; see ``AsyncClient.create_producer``."""
+        producer = self._run(
+            self._async.create_producer(
+                topic,
+                producer_name,
+                schema,
+                initial_sequence_id,
+                send_timeout_millis,
+                compression_type,
+                max_pending_messages,
+                max_pending_messages_across_partitions,
+                block_if_queue_full,
+                batching_enabled,
+                batching_max_messages,
+                batching_max_allowed_size_in_bytes,
+                batching_max_publish_delay_ms,
+                chunking_enabled,
+                message_routing_mode,
+                lazy_start_partitioned_producers,
+                properties,
+                batching_type,
+                encryption_key,
+                crypto_key_reader,
+                access_mode,
+                message_router,
+            )
+        )
+        return Producer(self, producer, schema, max_pending_messages, block_if_queue_full)
+
+    def get_topic_partitions(self, topic: str) -> list[str]:
+        return self._run(self._async.get_topic_partitions(topic))
+
+    def close(self) -> None:
+        """Close producers and connections, then stop the loop thread; idempotent.
+
+        In a process forked from the one that created the client, this only marks it closed.
+        """
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._pid != os.getpid():
+                return
+            try:
+                self._loop_thread.run(self._async.close())
+            finally:
+                self._loop_thread.stop()
+
+    @property
+    def async_client(self) -> AsyncClient:
+        """The ``AsyncClient`` underneath (use it only from the loop thread)."""
+        return self._async
+
+    @property
+    def loop_thread(self) -> threading.Thread:
+        return self._loop_thread.thread
+
+    def _check_usable(self) -> None:
+        if self._pid != os.getpid():
+            raise ClientUsedAfterFork(
+                f"this Client was created in process {self._pid}, before os.fork(); "
+                "create a new Client in the child process"
+            )
+        if self._closed:
+            raise AlreadyClosed("the client is closed")
+
+    def _run(self, coroutine: Coroutine[Any, Any, R]) -> R:
+        try:
+            self._check_usable()
+        except PulsarException:
+            coroutine.close()
+            raise
+        return self._loop_thread.run(coroutine)
+
+    def _submit(self, function: Callable[..., None], *args: Any) -> None:
+        self._check_usable()
+        self._loop_thread.call_soon(function, *args)
+
+
+class Producer:
+    """Blocking producer (``pulsar.Producer``'s API) over an ``AsyncProducer``."""
+
+    def __init__(
+        self,
+        client: Client,
+        producer: AsyncProducer,
+        schema: PayloadEncoder | None,
+        max_pending_messages: int,
+        block_if_queue_full: bool,
+    ) -> None:
+        self._client = client
+        self._producer = producer
+        self._schema = schema
+        self._block = block_if_queue_full
+        self._slots = _Slots(max_pending_messages) if max_pending_messages > 0 else None
+
+    def topic(self) -> str:
+        return self._producer.topic()
+
+    def producer_name(self) -> str:
+        return self._producer.producer_name()
+
+    def last_sequence_id(self) -> int:
+        return self._producer.last_sequence_id()
+
+    def is_connected(self) -> bool:
+        return self._producer.is_connected()
+
+    @property
+    def async_producer(self) -> AsyncProducer:
+        return self._producer
+
+    def send(
+        self,
+        content: Any,
+        properties: Mapping[str, str] | None = None,
+        partition_key: str | None = None,
+        ordering_key: str | None = None,
+        sequence_id: int | None = None,
+        replication_clusters: Sequence[str] | None = None,
+        disable_replication: bool = False,
+        event_timestamp: int | None = None,
+        deliver_at: int | None = None,
+        deliver_after: timedelta | None = None,
+    ) -> MessageId:
+        """Publish and wait until the broker stored the message; see ``AsyncProducer.send``."""
+        self._client._loop_thread.refuse_to_block_the_loop()
+        done: concurrent.futures.Future[MessageId] = concurrent.futures.Future()
+        self._send(
+            content,
+            done,
+            None,
+            properties,
+            partition_key,
+            ordering_key,
+            sequence_id,
+            event_timestamp,
+            deliver_at,
+            deliver_after,
+        )
+        return done.result()
+
+    def send_async(
+        self,
+        content: Any,
+        callback: SendCallback | None = None,
+        properties: Mapping[str, str] | None = None,
+        partition_key: str | None = None,
+        ordering_key: str | None = None,
+        sequence_id: int | None = None,
+        replication_clusters: Sequence[str] | None = None,
+        disable_replication: bool = False,
+        event_timestamp: int | None = None,
+        deliver_at: int | None = None,
+        deliver_after: timedelta | None = None,
+    ) -> concurrent.futures.Future[MessageId] | None:
+        """Queue a message; ``callback(result, message_id)`` or the returned future tells.
+
+        Raises:
+            ValueError: bad argument types (at once, in this thread).
+            ClientUsedAfterFork, AlreadyClosed: the client cannot be used.
+        """
+        done: concurrent.futures.Future[MessageId] | None = (
+            concurrent.futures.Future() if callback is None else None
+        )
+        self._send(
+            content,
+            done,
+            callback,
+            properties,
+            partition_key,
+            ordering_key,
+            sequence_id,
+            event_timestamp,
+            deliver_at,
+            deliver_after,
+        )
+        return done
+
+    def flush(self) -> None:
+        self._client._run(self._producer.flush())
+
+    def close(self) -> None:
+        self._client._run(self._producer.close())
+
+    def _send(
+        self,
+        content: Any,
+        done: concurrent.futures.Future[MessageId] | None,
+        callback: SendCallback | None,
+        properties: Mapping[str, str] | None,
+        partition_key: str | None,
+        ordering_key: str | None,
+        sequence_id: int | None,
+        event_timestamp: int | None,
+        deliver_at: int | None,
+        deliver_after: timedelta | None,
+    ) -> None:
+        self._client._check_usable()
+        message = prepare_message(
+            content,
+            self._schema,
+            properties=properties,
+            partition_key=partition_key,
+            ordering_key=ordering_key,
+            event_timestamp=event_timestamp,
+            deliver_at=deliver_at,
+            deliver_after=deliver_after,
+        )
+        if sequence_id is not None and sequence_id < 0:
+            raise ValueError(f"sequence_id must be >= 0, not {sequence_id}")
+        # Blocking for room on the loop thread (a callback sending) would stop the very loop
+        # that frees it: there a full queue refuses instead.
+        block = self._block and not self._client._loop_thread.on_loop_thread()
+        if self._slots is not None and not self._slots.acquire(blocking=block):
+            _deliver(done, callback, error=ProducerQueueIsFull("the producer's queue is full"))
+            return
+        try:
+            self._client._submit(
+                self._enqueue, message, sequence_id, _Delivery(self, done, callback)
+            )
+        except BaseException:
+            self._release()
+            raise
+
+    def _enqueue(self, message: Any, sequence_id: int | None, delivery: _Delivery) -> None:
+        # On the loop thread.
+        try:
+            self._producer.enqueue_to(delivery, message, sequence_id)
+        except Exception as exc:
+            error = exc if isinstance(exc, PulsarException) else InvalidMessage(repr(exc))
+            delivery.set_exception(error)
+
+    def _release(self) -> None:
+        if self._slots is not None:
+            self._slots.release()
+
+
+class _Slots:
+    """The pending-message bound, counted in the application's threads.
+
+    A lock and a counter (a ``threading.Semaphore`` costs several times more per message);
+    the condition is used only when a sender actually has to wait.
+    """
+
+    __slots__ = ("_available", "_condition", "_waiting")
+
+    def __init__(self, limit: int) -> None:
+        self._available = limit
+        self._waiting = 0
+        self._condition = threading.Condition(threading.Lock())
+
+    def acquire(self, blocking: bool) -> bool:
+        with self._condition:
+            while self._available <= 0:
+                if not blocking:
+                    return False
+                self._waiting += 1
+                try:
+                    self._condition.wait()
+                finally:
+                    self._waiting -= 1
+            self._available -= 1
+            return True
+
+    def release(self) -> None:
+        with self._condition:
+            self._available += 1
+            if self._waiting:
+                self._condition.notify()
+
+
+class _Delivery:
+    """A send's completion for the blocking facade (``pending.Completion``).
+
+    Called on the loop thread when the receipt is handled; it frees the slot and hands the
+    outcome to the callback or the ``concurrent.futures.Future`` at once, without a
+    round through the event loop's scheduler.
+    """
+
+    __slots__ = ("_callback", "_done", "_finished", "_producer")
+
+    def __init__(
+        self,
+        producer: Producer,
+        done: concurrent.futures.Future[MessageId] | None,
+        callback: SendCallback | None,
+    ) -> None:
+        self._producer = producer
+        self._done = done
+        self._callback = callback
+        self._finished = False
+
+    def done(self) -> bool:
+        return self._finished
+
+    def set_result(self, result: MessageId, /) -> None:
+        self._finish()
+        _deliver(self._done, self._callback, message_id=result)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        self._finish()
+        error = (
+            exception
+            if isinstance(exception, PulsarException)
+            else PulsarException(repr(exception))
+        )
+        _deliver(self._done, self._callback, error=error)
+
+    def _finish(self) -> None:
+        self._finished = True
+        self._producer._release()
+
+
+def _deliver(
+    done: concurrent.futures.Future[MessageId] | None,
+    callback: SendCallback | None,
+    *,
+    message_id: MessageId | None = None,
+    error: PulsarException | None = None,
+) -> None:
+    if done is not None:
+        if error is not None:
+            done.set_exception(error)
+        else:
+            assert message_id is not None
+            done.set_result(message_id)
+        return
+    assert callback is not None
+    try:
+        callback(Result.Ok if error is None else error.result, message_id)
+    except Exception:
+        logger.exception("exception in a send_async callback (ignored)")

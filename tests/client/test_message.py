@@ -1,0 +1,82 @@
+"""``client.message``: the official accessor names and values."""
+
+from __future__ import annotations
+
+import pulsar
+import pytest
+
+from client.message import Message
+from client.message_id import MessageId
+from protocol import SingleMessage, pb
+
+pytestmark = pytest.mark.compat
+
+TOPIC = "persistent://public/default/t"
+
+
+def test_every_official_accessor_exists() -> None:
+    official = {
+        name
+        for name in dir(pulsar.Message)
+        if not name.startswith("_") and name != "encryption_context"
+    }
+    missing = official - set(dir(Message))
+    assert not missing
+
+
+def test_a_whole_entry_message() -> None:
+    metadata = pb.MessageMetadata(
+        producer_name="p", sequence_id=42, publish_time=1000, event_time=900
+    )
+    metadata.properties.add(key="a", value="b")
+    metadata.partition_key = "k"
+    metadata.ordering_key = b"o"
+    message = Message.from_entry(TOPIC, MessageId(-1, 1, 2), metadata, b"data", redelivery_count=3)
+    assert message.data() == message.value() == b"data"
+    assert message.properties() == {"a": "b"}
+    assert (message.partition_key(), message.ordering_key()) == ("k", "o")
+    assert (message.event_timestamp(), message.publish_timestamp()) == (900, 1000)
+    assert (message.producer_name(), message.sequence_id()) == ("p", 42)
+    assert message.redelivery_count() == 3
+    assert message.topic_name() == TOPIC
+    assert message.message_id() == MessageId(-1, 1, 2)
+    assert not message.has_null_value()
+
+
+def test_absent_fields_read_as_the_official_client_returns_them() -> None:
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=5)
+    message = Message.from_entry(TOPIC, MessageId(-1, 1, 2), metadata, b"")
+    assert (message.partition_key(), message.ordering_key(), message.event_timestamp()) == (
+        "",
+        "",
+        0,
+    )
+    assert message.properties() == {}
+
+
+def test_a_batch_member_takes_its_own_fields_and_sequence_id() -> None:
+    metadata = pb.MessageMetadata(
+        producer_name="p", sequence_id=10, publish_time=5, num_messages_in_batch=3
+    )
+    single = SingleMessage(b"x", {"i": "1"}, partition_key="k1", event_time=7, sequence_id=11)
+    message = Message.from_batch(TOPIC, MessageId(-1, 1, 2, 1), metadata, single)
+    assert (message.data(), message.properties(), message.partition_key()) == (
+        b"x",
+        {"i": "1"},
+        "k1",
+    )
+    assert (message.sequence_id(), message.event_timestamp()) == (11, 7)
+    unnumbered = SingleMessage(b"y")
+    assert (
+        Message.from_batch(TOPIC, MessageId(-1, 1, 2, 2), metadata, unnumbered).sequence_id() == 12
+    )
+
+
+def test_value_decodes_with_the_schema() -> None:
+    class Upper:
+        def decode(self, data: bytes) -> str:
+            return data.decode().upper()
+
+    message = Message(b"abc", MessageId(-1, 1, 2), TOPIC, schema=Upper())
+    assert message.value() == "ABC"
+    assert message.data() == b"abc"
