@@ -65,3 +65,19 @@ async def run_blocking(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs)
     completes, and its result is dropped, exactly as with ``asyncio.to_thread``.
     """
     return await submit_blocking(fn, *args, **kwargs)
+
+
+async def run_to_completion(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+    """``run_blocking``, except that a cancelled caller still waits for the thread to finish.
+
+    For writes made under a lock that ``close()`` also takes: with ``run_blocking``, a caller
+    cancelled there (its connection closed) releases the lock while the thread still writes,
+    possibly after the ledger was closed and while a reloaded instance recovers the same folder
+    (the session fuzzer saw reloads fail on temp files that vanished under them).
+    """
+    future = submit_blocking(fn, *args, **kwargs)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        await asyncio.wait([future])
+        raise

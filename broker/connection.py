@@ -142,16 +142,20 @@ class ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
-        self._frame_seen = True
+        decoded = False
         try:
             self._decoder.feed(data)
             for frame in self._decoder:
+                # Liveness is a whole frame, as in Java (PulsarHandler.messageReceived): a peer
+                # dribbling the bytes of a frame it never finishes is not alive (slowloris).
+                decoded = self._frame_seen = True
                 self._dispatch(frame)
                 if self._closing:
                     return
         except ProtocolError as exc:
             self._close_for_bad_input(str(exc))
-        self._wake_alive_waiters()
+        if decoded:
+            self._wake_alive_waiters()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True

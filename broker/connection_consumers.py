@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker.consumer import Consumer
-from broker.errors import BrokerError, ConsumerBusy, MetadataError, to_wire
+from broker.errors import BrokerError, ConsumerBusy, MetadataError, ServiceNotReady, to_wire
 from broker.storage import Position
 from broker.subscription import Subscription, SubType
 from protocol import commands, pb
@@ -45,6 +45,7 @@ class ConsumerEndpoint:
         self._conn = conn
         self._service = conn.service
         self._consumers: dict[int, _ConsumerState] = {}
+        self._subscribing: set[int] = set()  # consumer ids whose SUBSCRIBE is being handled
 
     def handlers(self) -> dict[int, Callable[[Frame], None]]:
         return {
@@ -79,6 +80,18 @@ class ConsumerEndpoint:
         self._conn.request(request_id, lambda: self._subscribe(cmd, request_id))
 
     async def _subscribe(self, cmd: pb.CommandSubscribe, request_id: int) -> None:
+        consumer_id = cmd.consumer_id
+        if consumer_id in self._subscribing:
+            # As Java: a second SUBSCRIBE for an id still being subscribed would attach a second
+            # consumer that closing the connection never detaches (the id names only one).
+            raise ServiceNotReady("Consumer is already present on the connection")
+        self._subscribing.add(consumer_id)
+        try:
+            await self._subscribe_new(cmd, request_id)
+        finally:
+            self._subscribing.discard(consumer_id)
+
+    async def _subscribe_new(self, cmd: pb.CommandSubscribe, request_id: int) -> None:
         if not cmd.subscription:
             raise MetadataError("Empty subscription name")
         existing = self._consumers.get(cmd.consumer_id)

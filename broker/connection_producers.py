@@ -31,6 +31,7 @@ from broker.errors import (
     ChecksumError,
     InvalidMessageMetadata,
     ProducerFenced,
+    ServiceNotReady,
     to_wire,
 )
 from broker.producer import Producer
@@ -75,6 +76,7 @@ class ProducerEndpoint:
         self._closing_producers: set[_ProducerState] = set()
         self._pending_publishes = 0
         self._entry_checker = SendEntryChecker()
+        self._creating: set[int] = set()  # producer ids whose PRODUCER is being handled
 
     def handlers(self) -> dict[int, Callable[[Frame], None]]:
         return {
@@ -104,6 +106,18 @@ class ProducerEndpoint:
         self._conn.request(request_id, lambda: self._create_producer(cmd, request_id))
 
     async def _create_producer(self, cmd: pb.CommandProducer, request_id: int) -> None:
+        producer_id = cmd.producer_id
+        if producer_id in self._creating:
+            # Java refuses it too: two creations under one id would both register a producer,
+            # and closing the connection would remove only the one the id still names.
+            raise ServiceNotReady("Producer is already present on the connection")
+        self._creating.add(producer_id)
+        try:
+            await self._create_new_producer(cmd, request_id)
+        finally:
+            self._creating.discard(producer_id)
+
+    async def _create_new_producer(self, cmd: pb.CommandProducer, request_id: int) -> None:
         topic_name = self._conn.parse_topic(cmd.topic)
         if cmd.HasField("topic_epoch") and cmd.topic_epoch > I64_MAX:
             # Java reads this uint64 as a long: negative, so older than any epoch. Adopting it
@@ -140,10 +154,20 @@ class ProducerEndpoint:
         if self._conn.closing:
             await topic.remove_producer(producer)
             return
-        if cmd.HasField("initial_subscription_name") and cmd.initial_subscription_name:
-            await topic.get_or_create_subscription(
-                cmd.initial_subscription_name, durable=True, start=None, initial_earliest=True
-            )
+        try:
+            if cmd.HasField("initial_subscription_name") and cmd.initial_subscription_name:
+                await topic.get_or_create_subscription(
+                    cmd.initial_subscription_name, durable=True, start=None, initial_earliest=True
+                )
+            if topic.closed:
+                # Unloaded while the grant was in progress: its CLOSE_PRODUCER may be out
+                # already, and a success after it would leave a producer nobody serves.
+                raise ServiceNotReady(f"Topic {topic.name.full_name} is being unloaded; retry")
+        except Exception:  # cancellation: connection_lost removes what is still listed
+            if self._producers.get(cmd.producer_id) is state:
+                del self._producers[cmd.producer_id]
+            await topic.remove_producer(producer)
+            raise
         if ready:
             self._send_producer_success(producer, topic, request_id)
         else:

@@ -34,7 +34,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from broker.blocking import run_blocking
+from broker.blocking import run_to_completion
 from broker.errors import BrokerError, PersistenceError, ProducerBusy, ProducerFenced
 from broker.producer_access import (
     AccessMode,
@@ -106,6 +106,7 @@ class ProducerRegistry:
         self._durable_epoch = stored
         self._persist_lock = asyncio.Lock()
         self._promotions: set[asyncio.Task[None]] = set()
+        self._closed = False  # set under _persist_lock: no epoch is written after close()
 
     @property
     def durable_epoch(self) -> int | None:
@@ -280,10 +281,21 @@ class ProducerRegistry:
         Serialized: two grants persisting at once must not let the lower epoch land last.
         """
         async with self._persist_lock:
+            if self._closed:
+                raise PersistenceError("Topic is closing")
             if self._durable_epoch is not None and self._durable_epoch >= epoch:
                 return
-            await run_blocking(self._ledger.set_property, TOPIC_EPOCH_PROPERTY, epoch)
+            # To completion: a cancelled grant must not release the lock mid-write (close()).
+            await run_to_completion(self._ledger.set_property, TOPIC_EPOCH_PROPERTY, epoch)
             self._durable_epoch = epoch
+
+    async def close(self) -> None:
+        """The topic is closing: let in-flight promotions finish, then refuse every later
+        epoch write, so that nothing of this registry touches the ledger once it is closed."""
+        if self._promotions:
+            await asyncio.gather(*self._promotions, return_exceptions=True)
+        async with self._persist_lock:
+            self._closed = True
 
     # ------------------------------------------------------------------ stats
 

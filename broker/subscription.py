@@ -43,7 +43,7 @@ from broker.consumer import Consumer
 from broker.entry_loader import ON_DISK, EntryLoader, EntryReads, Scheduler, TimerHandle
 from broker.errors import ConsumerBusy, NotAllowed
 from broker.key_shared import AutoSplitRanges, sticky_key_hash
-from broker.storage import Cursor, Position, StorageError
+from broker.storage import Cursor, InvalidPositionError, Position, StorageError
 from protocol.metadata import EntryMetadata
 
 log = logging.getLogger(__name__)
@@ -294,7 +294,12 @@ class Subscription:
 
     def _mark_delete_through(self, position: Position) -> None:
         if position > self.cursor.mark_delete_position:
-            self.cursor.mark_delete(position)
+            try:
+                self.cursor.mark_delete(position)
+            except InvalidPositionError:
+                # Names no durable entry (e.g. 0:0 after a seek below the first ledger): Java
+                # ignores an ack it cannot apply. Raised here, it would kill the connection.
+                return
 
     def _settle(self, position: Position) -> None:
         """Bring the in-flight bookkeeping of ``position`` in line with the cursor after an ack."""

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.blocking import run_blocking, submit_blocking
+from broker.blocking import run_blocking, run_to_completion, submit_blocking
 from broker.config import BrokerConfig
 from broker.dedup import (
     DedupResult,
@@ -53,7 +53,7 @@ from broker.dedup import (
 )
 from broker.dedup_recovery import DEDUP_CURSOR, dedup_config_from, exact_batch_highest_sequence_id
 from broker.entry_loader import UNLIMITED_BYTES
-from broker.errors import NotAllowed, PersistenceError, ProducerFenced
+from broker.errors import NotAllowed, PersistenceError, ProducerFenced, ServiceNotReady
 from broker.producer import Producer, ProducerRegistry
 from broker.storage import Cursor, InitialPosition, Ledger, LedgerConfig, Position, StorageError
 from broker.subscription import DispatchLimits, Subscription
@@ -240,11 +240,16 @@ class Topic:
                 await asyncio.to_thread(self.ledger.flush)
             except (OSError, StorageError, ValueError) as exc:
                 self._on_flush_failed(group, exc)
-                continue
-            self.stats.flushes += 1
-            self._complete(group)
-            self._writes.settled(len(group))
-            if self._staged:
+            else:
+                self.stats.flushes += 1
+                self._complete(group)
+                self._writes.settled(len(group))
+            # Not kept until the next flush: its entries name their producers, and through
+            # them their (maybe closed) connections.
+            del group
+            if self._staged or self._closed:
+                # More to write, or close() asked to stop: its wake-up may have been cleared
+                # at the top of this turn, and waiting again would hang the unload.
                 self._dirty.set()
 
     def _complete(self, group: list[_PendingWrite]) -> None:
@@ -303,6 +308,7 @@ class Topic:
 
     async def add_producer(self, producer: Producer, requested_epoch: int | None) -> bool:
         """Admit a producer (PIP-68 rules); False = queued as a WaitForExclusive waiter."""
+        self._refuse_if_closed()
         ready = await self.producers.add(producer, requested_epoch)
         if not ready:
             self.producers.producer_queued(producer)
@@ -312,6 +318,10 @@ class Topic:
 
     async def remove_producer(self, producer: Producer) -> None:
         self._failed_producers.discard(producer)
+        if self._closed:
+            # close() told every producer and waiter to go. A holder leaving now must not
+            # promote a waiter: the grant would write the epoch into a closed ledger.
+            return
         if producer not in self.producers.producers and not self.producers.access.is_waiting(
             producer
         ):
@@ -381,7 +391,7 @@ class Topic:
             async with self._cursor_io:
                 if DEDUP_CURSOR in self.ledger.cursors:  # left over; never reuse its snapshot
                     self.ledger.detach_cursor(DEDUP_CURSOR)
-                    await run_blocking(self.ledger.remove_cursor_file, DEDUP_CURSOR)
+                    await run_to_completion(self.ledger.remove_cursor_file, DEDUP_CURSOR)
                 # Positioned and tracking from the same loop step, so dedup and the cursor
                 # cover the same entries; the file follows from a disk thread (a crash before
                 # it leaves no cursor: dedup then restarts afresh, as if never enabled).
@@ -390,7 +400,7 @@ class Topic:
                 )
                 self.dedup = dedup
                 self._last_snapshot_wall_time = None
-                await run_blocking(cursor.persist)
+                await run_to_completion(cursor.persist)
         elif not enabled and self.dedup is not None:
             self.dedup.clear()
             self.dedup = None
@@ -398,7 +408,7 @@ class Topic:
             async with self._cursor_io:
                 if DEDUP_CURSOR in self.ledger.cursors:
                     self.ledger.detach_cursor(DEDUP_CURSOR)
-                    await run_blocking(self.ledger.remove_cursor_file, DEDUP_CURSOR)
+                    await run_to_completion(self.ledger.remove_cursor_file, DEDUP_CURSOR)
 
     # ------------------------------------------------------------------ reads
 
@@ -554,6 +564,7 @@ class Topic:
         thread, under the cursor-file lock, so two SUBSCRIBEs racing for one name get one
         cursor and a delete of the same name cannot interleave with the write.
         """
+        self._refuse_if_closed()
         existing = self.subscriptions.get(name)
         if existing is not None:
             return existing
@@ -572,9 +583,22 @@ class Topic:
             if found is None:
                 initial = InitialPosition.EARLIEST if initial_earliest else InitialPosition.LATEST
                 fresh = self.ledger.new_cursor(name, initial)
-                await run_blocking(fresh.persist)
+                await run_to_completion(fresh.persist)
                 found = self.ledger.add_cursor(fresh)
+            self._refuse_if_closed()  # closed during the write: close() saw no such subscription
             return self._attach_subscription(name, found, durable=True)
+
+    @property
+    def closed(self) -> bool:
+        """Closed or closing (unload, delete, shutdown): nothing new may attach to it."""
+        return self._closed
+
+    def _refuse_if_closed(self) -> None:
+        # A PRODUCER or SUBSCRIBE that was on its way here when the topic was unloaded: a
+        # subscription attached now would never dispatch. The client retries and finds the
+        # reloaded topic (Java answers ServiceNotReady for a fenced/closing topic too).
+        if self._closed:
+            raise ServiceNotReady(f"Topic {self.name.full_name} is being unloaded; retry")
 
     async def delete_subscription(self, name: str) -> None:
         """Drop a subscription and, for a durable one, its cursor file (in a disk thread)."""
@@ -586,7 +610,7 @@ class Topic:
         sub.close()
         if sub.durable:
             async with self._cursor_io:
-                await run_blocking(self.ledger.remove_cursor_file, name)
+                await run_to_completion(self.ledger.remove_cursor_file, name)
 
     # ------------------------------------------------------------------ housekeeping
 
@@ -602,8 +626,8 @@ class Topic:
                 self._maybe_snapshot_dedup_by_time()
                 self._maybe_purge_inactive_producers()
                 async with self._cursor_io:
-                    await run_blocking(self._persist_cursors, time.monotonic())
-                await run_blocking(self.ledger.trim)
+                    await run_to_completion(self._persist_cursors, time.monotonic())
+                await run_to_completion(self.ledger.trim)
             except Exception:
                 log.exception("%s: housekeeping failed", self.name.full_name)
 
@@ -627,6 +651,9 @@ class Topic:
         self._housekeeper.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._housekeeper
+        # Grants still persisting an epoch finish now; none starts after (it would write into
+        # the folder a reloaded instance may already be recovering).
+        await self.producers.close()
         # As Java on unload: producers are told to go (CLOSE_PRODUCER) once their receipts are
         # out, so they reconnect to the reloaded topic instead of failing their next SEND.
         for producer in list(self.producers.producers):

@@ -7,6 +7,7 @@ Pulsar service through the sans-I/O ``protocol`` package. Names follow the offic
 """
 
 from client.client import AsyncClient
+from client.consumer import AsyncConsumer, ConsumerType
 from client.errors import (
     AlreadyClosed,
     AuthenticationError,
@@ -60,13 +61,16 @@ from client.errors import (
 from client.message import Message
 from client.message_id import MessageId
 from client.producer import AsyncProducer
-from client.sync import Client, Producer
+from client.reader import AsyncReader
+from client.sync import Client, Consumer, Producer, Reader
 from protocol.enums import CompressionType, InitialPosition, ProducerAccessMode
 
 __all__ = [
     "AlreadyClosed",
     "AsyncClient",
+    "AsyncConsumer",
     "AsyncProducer",
+    "AsyncReader",
     "AuthenticationError",
     "AuthorizationError",
     "BrokerMetadataError",
@@ -76,10 +80,12 @@ __all__ = [
     "ClientUsedAfterFork",
     "CompressionType",
     "ConnectError",
+    "Consumer",
     "ConsumerAssignError",
     "ConsumerBusy",
     "ConsumerNotFound",
     "ConsumerNotInitialized",
+    "ConsumerType",
     "CryptoError",
     "CumulativeAcknowledgementNotAllowedError",
     "ErrorGettingAuthenticationData",
@@ -109,6 +115,7 @@ __all__ = [
     "ProducerQueueIsFull",
     "PulsarException",
     "ReadError",
+    "Reader",
     "Result",
     "ServiceUnitNotReady",
     "SubscriptionNotFound",

@@ -21,6 +21,7 @@ from typing import Any
 from client.config import ClientConfig
 from client.connection import Connection
 from client.connection_pool import ConnectionPool
+from client.consumer import AsyncConsumer, ConsumerConfig, PayloadSchema
 from client.errors import (
     AlreadyClosed,
     ClientUsedAfterFork,
@@ -28,10 +29,12 @@ from client.errors import (
     OperationNotSupported,
 )
 from client.lookup import LookupService
+from client.message_id import MessageId
 from client.producer import AsyncProducer, PayloadEncoder, ProducerConfig
+from client.reader import AsyncReader
 from client.service_url import ServiceUrl
 from protocol import InvalidTopicNameError, TopicName
-from protocol.enums import CompressionType, ProducerAccessMode
+from protocol.enums import CompressionType, InitialPosition, ProducerAccessMode, SubType
 
 __all__ = ["AsyncClient"]
 
@@ -99,6 +102,7 @@ class AsyncClient:
         self._pool = ConnectionPool(self.config)
         self._lookup = LookupService(self._pool, self._service_url, self.config)
         self._producers: set[AsyncProducer] = set()
+        self._consumers: set[AsyncConsumer] = set()
         self._ids = itertools.count()
         self._pid = os.getpid()
         self._closed = False
@@ -183,6 +187,80 @@ class AsyncClient:
             raise
         return producer
 
+    # --- consumers and readers ----------------------------------------------------------
+
+    async def subscribe(
+        self,
+        topic: str,
+        subscription_name: str,
+        consumer_type: SubType | int = SubType.Exclusive,
+        schema: PayloadSchema | None = None,
+        receiver_queue_size: int = 1000,
+        consumer_name: str | None = None,
+        unacked_messages_timeout_ms: int = 0,
+        negative_ack_redelivery_delay_ms: int = 60_000,
+        properties: Mapping[str, str] | None = None,
+        initial_position: InitialPosition | int = InitialPosition.Latest,
+        batch_index_ack_enabled: bool = False,
+    ) -> AsyncConsumer:
+        """Subscribe to one topic (the official ``subscribe`` names; keyword use advised).
+
+        Lists of topics, patterns and partitioned topics are not supported yet.
+
+        Raises:
+            InvalidTopicName, OperationNotSupported, ConsumerBusy, Timeout, ...
+        """
+        self._check_open()
+        if not isinstance(topic, str):
+            raise OperationNotSupported("multi-topic and pattern subscriptions: not yet")
+        config = ConsumerConfig(
+            subscription_name=subscription_name,
+            consumer_type=SubType(int(consumer_type)),
+            initial_position=InitialPosition(int(initial_position)),
+            receiver_queue_size=receiver_queue_size,
+            consumer_name=consumer_name,
+            properties=dict(properties or {}),
+            schema=schema,
+            batch_index_ack_enabled=batch_index_ack_enabled,
+            negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
+            unacked_messages_timeout_ms=unacked_messages_timeout_ms,
+        )
+        return await self._start_consumer(topic, config)
+
+    async def create_reader(
+        self,
+        topic: str,
+        start_message_id: MessageId,
+        reader_name: str | None = None,
+        schema: PayloadSchema | None = None,
+        receiver_queue_size: int = 1000,
+        start_message_id_inclusive: bool = False,
+    ) -> AsyncReader:
+        """A reader from ``start_message_id`` (``MessageId.earliest``/``latest`` or an id)."""
+        self._check_open()
+        config = ConsumerConfig(
+            subscription_name=f"reader-{os.urandom(5).hex()}",
+            consumer_name=reader_name,
+            receiver_queue_size=receiver_queue_size,
+            schema=schema,
+            durable=False,
+            start_message_id=start_message_id,
+            start_message_id_inclusive=start_message_id_inclusive,
+        )
+        return AsyncReader(await self._start_consumer(topic, config))
+
+    async def _start_consumer(self, topic: str, config: ConsumerConfig) -> AsyncConsumer:
+        full_name = _full_topic_name(topic)
+        if await self._lookup.partitioned_metadata(full_name) > 0:
+            raise OperationNotSupported(f"{full_name} is partitioned; not supported yet")
+        consumer = AsyncConsumer(self, full_name, next(self._ids), config)
+        self._consumers.add(consumer)
+        await consumer.start()
+        return consumer
+
+    def consumer_closed(self, consumer: AsyncConsumer) -> None:
+        self._consumers.discard(consumer)
+
     async def get_topic_partitions(self, topic: str) -> list[str]:
         """The partition names of ``topic``, or ``[topic]`` when it is not partitioned."""
         self._check_open()
@@ -203,7 +281,9 @@ class AsyncClient:
             return
         self._closed = True
         producers = list(self._producers)
+        consumers = list(self._consumers)
         await asyncio.gather(*(producer.close() for producer in producers))
+        await asyncio.gather(*(consumer.close() for consumer in consumers))
         await self._pool.close()
 
     @property

@@ -34,6 +34,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from client.client import AsyncClient
+from client.consumer import AsyncConsumer, PayloadSchema
 from client.errors import (
     AlreadyClosed,
     ClientUsedAfterFork,
@@ -42,11 +43,13 @@ from client.errors import (
     PulsarException,
     Result,
 )
+from client.message import Message
 from client.message_id import MessageId
 from client.producer import AsyncProducer, PayloadEncoder, prepare_message
-from protocol.enums import CompressionType, ProducerAccessMode
+from client.reader import AsyncReader
+from protocol.enums import CompressionType, InitialPosition, ProducerAccessMode, SubType
 
-__all__ = ["Client", "Producer", "SendCallback"]
+__all__ = ["Client", "Consumer", "Producer", "Reader", "SendCallback"]
 
 logger = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -231,6 +234,60 @@ class Client:
             )
         )
         return Producer(self, producer, schema, max_pending_messages, block_if_queue_full)
+
+    def subscribe(
+        self,
+        topic: str,
+        subscription_name: str,
+        consumer_type: SubType | int = SubType.Exclusive,
+        schema: PayloadSchema | None = None,
+        receiver_queue_size: int = 1000,
+        consumer_name: str | None = None,
+        unacked_messages_timeout_ms: int = 0,
+        negative_ack_redelivery_delay_ms: int = 60_000,
+        properties: Mapping[str, str] | None = None,
+        initial_position: InitialPosition | int = InitialPosition.Latest,
+        batch_index_ack_enabled: bool = False,
+    ) -> Consumer:
+        """Subscribe; see ``AsyncClient.subscribe``."""
+        consumer = self._run(
+            self._async.subscribe(
+                topic,
+                subscription_name,
+                consumer_type,
+                schema,
+                receiver_queue_size,
+                consumer_name,
+                unacked_messages_timeout_ms,
+                negative_ack_redelivery_delay_ms,
+                properties,
+                initial_position,
+                batch_index_ack_enabled,
+            )
+        )
+        return Consumer(self, consumer)
+
+    def create_reader(
+        self,
+        topic: str,
+        start_message_id: MessageId,
+        reader_name: str | None = None,
+        schema: PayloadSchema | None = None,
+        receiver_queue_size: int = 1000,
+        start_message_id_inclusive: bool = False,
+    ) -> Reader:
+        """Create a reader; see ``AsyncClient.create_reader``."""
+        reader = self._run(
+            self._async.create_reader(
+                topic,
+                start_message_id,
+                reader_name,
+                schema,
+                receiver_queue_size,
+                start_message_id_inclusive,
+            )
+        )
+        return Reader(self, reader)
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._run(self._async.get_topic_partitions(topic))
@@ -439,6 +496,96 @@ class Producer:
     def _release(self) -> None:
         if self._slots is not None:
             self._slots.release()
+
+
+class Consumer:
+    """Blocking consumer (``pulsar.Consumer``'s API) over an ``AsyncConsumer``.
+
+    Acknowledgements are handed to the loop without waiting (as the official ones are
+    asynchronous); they are sent in the order they were made.
+    """
+
+    def __init__(self, client: Client, consumer: AsyncConsumer) -> None:
+        self._client = client
+        self._consumer = consumer
+
+    def topic(self) -> str:
+        return self._consumer.topic()
+
+    def subscription_name(self) -> str:
+        return self._consumer.subscription_name()
+
+    @property
+    def async_consumer(self) -> AsyncConsumer:
+        return self._consumer
+
+    def receive(self, timeout_millis: int | None = None) -> Message:
+        return self._client._run(self._consumer.receive(timeout_millis))
+
+    def batch_receive(self, max_num_messages: int = 100, timeout_ms: int = 100) -> list[Message]:
+        return self._client._run(self._consumer.batch_receive(max_num_messages, timeout_ms))
+
+    def acknowledge(self, message: Message | MessageId) -> None:
+        self._client._submit(self._consumer.acknowledge, message)
+
+    def acknowledge_cumulative(self, message: Message | MessageId) -> None:
+        self._client._submit(self._consumer.acknowledge_cumulative, message)
+
+    def negative_acknowledge(self, message: Message | MessageId) -> None:
+        self._client._submit(self._consumer.negative_acknowledge, message)
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        self._client._submit(self._consumer.redeliver_unacknowledged_messages)
+
+    def seek(self, target: MessageId | int) -> None:
+        self._client._run(self._consumer.seek(target))
+
+    def unsubscribe(self) -> None:
+        self._client._run(self._consumer.unsubscribe())
+
+    def close(self) -> None:
+        self._client._run(self._consumer.close())
+
+    def __iter__(self) -> Consumer:
+        return self
+
+    def __next__(self) -> Message:
+        try:
+            return self.receive()
+        except AlreadyClosed:
+            raise StopIteration from None
+
+
+class Reader:
+    """Blocking reader (``pulsar.Reader``'s API) over an ``AsyncReader``."""
+
+    def __init__(self, client: Client, reader: AsyncReader) -> None:
+        self._client = client
+        self._reader = reader
+
+    def topic(self) -> str:
+        return self._reader.topic()
+
+    def read_next(self, timeout_millis: int | None = None) -> Message:
+        return self._client._run(self._reader.read_next(timeout_millis))
+
+    def has_message_available(self) -> bool:
+        return self._client._run(self._reader.has_message_available())
+
+    def seek(self, target: MessageId | int) -> None:
+        self._client._run(self._reader.seek(target))
+
+    def close(self) -> None:
+        self._client._run(self._reader.close())
+
+    def __iter__(self) -> Reader:
+        return self
+
+    def __next__(self) -> Message:
+        try:
+            return self.read_next()
+        except AlreadyClosed:
+            raise StopIteration from None
 
 
 class _Slots:

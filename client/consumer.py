@@ -1,0 +1,792 @@
+"""``AsyncConsumer``: a consumer of one topic (and, with ``durable=False``, a reader's core).
+
+What it does, as the official C++ client does unless said otherwise:
+
+* **Subscription.** SUBSCRIBE on the connection to the topic's owner, then FLOW with
+  ``receiver_queue_size`` permits. On any connection loss (or CLOSE_CONSUMER from the broker,
+  which a seek causes) it looks the topic up again and resubscribes with backoff; messages
+  that were queued but not yet received by the application are dropped (the broker sends them
+  again) and the permits start afresh.
+* **Receiver queue.** Permits count messages. One permit comes back per message handed to
+  the application, per batch index skipped (already acknowledged, or before a reader's start),
+  per non-final chunk and per discarded corrupt entry; FLOW is sent when half the queue's
+  worth has accumulated.
+* **Decoding.** Entry metadata, decompression bounded by the connection's
+  ``max_message_size`` (the default 160 MiB bound for reassembled chunked messages), batch
+  unpacking with per-message ids carrying ``batch_index`` and ``batch_size``, chunk
+  reassembly (``ChunkAssembler``). A corrupt entry (bad checksum, codec or batch) is
+  acknowledged with its validation error and dropped, as the official clients do.
+* **Acknowledgements** go out grouped: every ack made in one turn of the event loop leaves in
+  one ACK frame. Batches: see ``client.acks``. Cumulative acks inside a batch without
+  batch-index acks acknowledge the previous entry (C++ behaviour).
+* **Redelivery.** ``negative_acknowledge`` asks for redelivery after
+  ``negative_ack_redelivery_delay_ms``; ``unacked_messages_timeout_ms`` > 0 does the same for
+  messages received but not acknowledged in time. Shared/Key_Shared send the entries' ids;
+  Exclusive/Failover redeliver everything unacknowledged (the broker rewinds), which also
+  clears the receiver queue.
+* **Seek** by id or publish time: the broker disconnects the consumer, resets the cursor and
+  answers; ``seek`` returns once the consumer has resubscribed.
+* **Readers** (``durable=False``): the subscription starts at ``start_message_id``; messages
+  before it (inclusive or not) are filtered out here, inside batches too; after a reconnection
+  the reader resumes after the last message it handed out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from client import compression
+from client.acks import BatchAcks, EntryKey, ack_set_words, unacked_indexes
+from client.chunking import ChunkAssembler, ChunkOutcome, is_chunk
+from client.config import ClientConfig
+from client.errors import (
+    AlreadyClosed,
+    CumulativeAcknowledgementNotAllowedError,
+    Disconnected,
+    InvalidConfiguration,
+    NotConnected,
+    PulsarException,
+    Timeout,
+)
+from client.message import Message, PayloadDecoder
+from client.message_id import MessageId
+from protocol import Frame, RemoteProtocolError, commands, decode_batch, decode_entry, pb
+from protocol.commands import AckIdentity
+from protocol.enums import AckType, AckValidationError, InitialPosition, SubType
+from protocol.ids import MessageId as WireMessageId
+
+if TYPE_CHECKING:
+    from client.connection import Connection
+
+__all__ = ["AsyncConsumer", "ConsumerConfig", "ConsumerHost", "ConsumerType"]
+
+logger = logging.getLogger(__name__)
+
+ConsumerType = SubType
+"""The official ``pulsar.ConsumerType`` names: Exclusive, Shared, Failover, KeyShared."""
+
+
+class PayloadSchema(PayloadDecoder, Protocol):
+    """What a consumer needs of a schema: decode, and its wire form for SUBSCRIBE."""
+
+    def to_pb(self) -> pb.Schema | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    """``subscribe`` options (the official names and defaults)."""
+
+    subscription_name: str
+    consumer_type: SubType = SubType.Exclusive
+    initial_position: InitialPosition = InitialPosition.Latest
+    receiver_queue_size: int = 1000
+    consumer_name: str | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
+    schema: PayloadSchema | None = None
+    batch_index_ack_enabled: bool = False
+    negative_ack_redelivery_delay_ms: int = 60_000
+    unacked_messages_timeout_ms: int = 0
+    durable: bool = True
+    start_message_id: MessageId | None = None
+    start_message_id_inclusive: bool = False
+
+    def __post_init__(self) -> None:
+        if self.receiver_queue_size < 1:
+            raise InvalidConfiguration("receiver_queue_size must be >= 1")
+        if self.unacked_messages_timeout_ms < 0 or self.negative_ack_redelivery_delay_ms < 0:
+            raise InvalidConfiguration("redelivery delays must be >= 0")
+
+
+class ConsumerHost(Protocol):
+    """What a consumer needs from its client."""
+
+    @property
+    def config(self) -> ClientConfig: ...
+
+    async def connection_for(self, topic: str) -> Connection: ...
+
+    def consumer_closed(self, consumer: AsyncConsumer) -> None: ...
+
+
+class _State(enum.Enum):
+    CONNECTING = "connecting"
+    READY = "ready"
+    CLOSING = "closing"
+    CLOSED = "closed"
+    FAILED = "failed"
+
+
+_I64_MAX = (1 << 63) - 1
+_SHARED_TYPES = frozenset({SubType.Shared, SubType.Key_Shared})
+
+
+def _key(message_id: MessageId | WireMessageId) -> EntryKey:
+    if isinstance(message_id, MessageId):
+        return (message_id.ledger_id(), message_id.entry_id())
+    return (message_id.ledger_id, message_id.entry_id)
+
+
+def _entry(key: EntryKey) -> WireMessageId:
+    return WireMessageId(key[0], key[1])
+
+
+class AsyncConsumer:
+    """A consumer of one topic; create it with ``AsyncClient.subscribe`` (or a reader)."""
+
+    def __init__(
+        self, host: ConsumerHost, topic: str, consumer_id: int, config: ConsumerConfig
+    ) -> None:
+        self._host = host
+        self._topic = topic
+        self._consumer_id = consumer_id
+        self._config = config
+        self._loop = asyncio.get_running_loop()
+        self._state = _State.CONNECTING
+        self._cnx: Connection | None = None
+        self._creating_on: Connection | None = None
+        self._created: asyncio.Future[None] = self._loop.create_future()
+        self._connect_task: asyncio.Task[None] | None = None
+        self._close_task: asyncio.Task[None] | None = None
+        self._queue: deque[Message] = deque()
+        self._arrived = asyncio.Event()
+        self._ready = asyncio.Event()  # subscribed on a live connection
+        self._permits = 0  # consumed since the last FLOW
+        self._flow_threshold = max(1, config.receiver_queue_size // 2)
+        self._assembler = ChunkAssembler()
+        self._chunks: dict[EntryKey, tuple[WireMessageId, ...]] = {}  # last chunk -> all
+        self._batches = BatchAcks()
+        self._acks: list[AckIdentity] = []
+        self._ack_flush_scheduled = False
+        self._unacked: dict[EntryKey, float] = {}  # received, not acked: when it times out
+        self._nacked: dict[EntryKey, float] = {}  # when to ask for redelivery
+        self._redelivery_timer: asyncio.TimerHandle | None = None
+        # Readers: filter what precedes the start, and resume after the last message handed out.
+        self._start: MessageId | None = config.start_message_id
+        self._start_inclusive = config.start_message_id_inclusive
+        self._last_dequeued: MessageId | None = None
+
+    # --- what the application sees ------------------------------------------------------
+
+    def topic(self) -> str:
+        return self._topic
+
+    def subscription_name(self) -> str:
+        return self._config.subscription_name
+
+    def is_connected(self) -> bool:
+        return self._state is _State.READY
+
+    async def receive(self, timeout_millis: int | None = None) -> Message:
+        """The next message; wait at most ``timeout_millis`` (None: forever).
+
+        Raises:
+            Timeout: nothing arrived in time.
+            AlreadyClosed: the consumer is (or gets) closed.
+        """
+        try:
+            async with asyncio.timeout(None if timeout_millis is None else timeout_millis / 1000):
+                while not self._queue:
+                    self._check_open()
+                    self._arrived.clear()
+                    await self._arrived.wait()
+        except TimeoutError:
+            raise Timeout(f"no message within {timeout_millis} ms") from None
+        return self._hand_out(self._queue.popleft())
+
+    def receive_nowait(self) -> Message | None:
+        """The next queued message, or None (no waiting)."""
+        self._check_open()
+        return self._hand_out(self._queue.popleft()) if self._queue else None
+
+    async def batch_receive(
+        self, max_num_messages: int = 100, timeout_ms: int = 100
+    ) -> list[Message]:
+        """Messages received until ``max_num_messages`` or ``timeout_ms`` (the official default
+        policy's limits); an empty list when nothing came in time."""
+        out: list[Message] = []
+        deadline = self._loop.time() + timeout_ms / 1000
+        while len(out) < max_num_messages:
+            if self._queue:
+                out.append(self._hand_out(self._queue.popleft()))
+                continue
+            left = deadline - self._loop.time()
+            if left <= 0:
+                break
+            try:
+                out.append(await self.receive(max(1, int(left * 1000))))
+            except Timeout:
+                break
+        return out
+
+    def __aiter__(self) -> AsyncConsumer:
+        return self
+
+    async def __anext__(self) -> Message:
+        try:
+            return await self.receive()
+        except AlreadyClosed:
+            raise StopAsyncIteration from None
+
+    def acknowledge(self, message: Message | MessageId) -> None:
+        """Acknowledge one message (sent grouped, at the end of this loop turn)."""
+        self._check_open()
+        message_id = _id_of(message)
+        first_chunk = message_id.first_chunk()
+        key = _key(message_id)
+        if first_chunk is not None:
+            for chunk in self._chunks.pop(key, (first_chunk, message_id.wire)):
+                self._queue_ack(_entry(_key(chunk)))
+            self._untrack(key)
+            return
+        batch_size = message_id.batch_size()
+        if message_id.batch_index() < 0 or batch_size <= 0:
+            self._queue_ack(_entry(key))
+            self._untrack(key)
+            return
+        unacked = self._batches.ack(key, message_id.batch_index(), batch_size)
+        if not unacked:
+            self._queue_ack(_entry(key))
+            self._untrack(key)
+        elif self._config.batch_index_ack_enabled:
+            self._queue_ack((_entry(key), ack_set_words(unacked, batch_size)))
+
+    def acknowledge_cumulative(self, message: Message | MessageId) -> None:
+        """Acknowledge every message up to this one (not on Shared/Key_Shared).
+
+        Raises:
+            CumulativeAcknowledgementNotAllowedError: a Shared or Key_Shared subscription.
+        """
+        self._check_open()
+        if self._config.consumer_type in _SHARED_TYPES:
+            raise CumulativeAcknowledgementNotAllowedError(
+                "cumulative acknowledgement is not allowed on Shared/Key_Shared subscriptions"
+            )
+        message_id = _id_of(message)
+        key = _key(message_id)
+        target: AckIdentity | None = _entry(key)
+        batch_size = message_id.batch_size()
+        if message_id.batch_index() >= 0 and batch_size > 0:
+            unacked = self._batches.ack_up_to(key, message_id.batch_index(), batch_size)
+            if unacked and self._config.batch_index_ack_enabled:
+                target = (_entry(key), ack_set_words(unacked, batch_size))
+            elif unacked:  # the entry is not done: acknowledge up to the previous one
+                target = WireMessageId(key[0], key[1] - 1) if key[1] > 0 else None
+        for done in [k for k in self._unacked if k <= key]:
+            del self._unacked[done]
+        if target is not None:
+            self._write_ack(commands.ack(self._consumer_id, [target], ack_type=AckType.Cumulative))
+
+    def negative_acknowledge(self, message: Message | MessageId) -> None:
+        """Have the message delivered again after ``negative_ack_redelivery_delay_ms``."""
+        self._check_open()
+        message_id = _id_of(message)
+        key = _key(message_id)
+        due = self._loop.time() + self._config.negative_ack_redelivery_delay_ms / 1000
+        self._unacked.pop(key, None)
+        first_chunk = message_id.first_chunk()
+        if first_chunk is not None:
+            for chunk in self._chunks.get(key, (first_chunk, message_id.wire)):
+                self._nacked[_key(chunk)] = due
+        else:
+            self._nacked[key] = due
+        self._arm_redelivery_timer(due)
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        """Ask the broker to deliver again every message not acknowledged yet."""
+        self._check_open()
+        self._redeliver_all()
+
+    async def seek(self, target: MessageId | int) -> None:
+        """Move the subscription to a message id (inclusive) or a publish time (ms).
+
+        Returns once the consumer has resubscribed at the new position.
+        """
+        self._check_open()
+        cnx = self._cnx
+        if cnx is None:
+            raise NotConnected(f"consumer on {self._topic} is not connected")
+        if isinstance(target, MessageId):
+            wire = target.wire
+            if not self._config.durable:  # a reader filters from the new start
+                self._start = target
+                self._start_inclusive = self._config.start_message_id_inclusive
+
+            def build(rid: int) -> bytes:
+                return commands.seek(self._consumer_id, rid, message_id=wire)
+        else:
+            self._start = None  # a time seek turns the start filter off
+            publish_time = int(target)
+
+            def build(rid: int) -> bytes:
+                return commands.seek(self._consumer_id, rid, publish_time=publish_time)
+
+        self._last_dequeued = None
+        self._ready.clear()
+        dropped = self._clear_queue()
+        try:
+            await cnx.request(build)
+        finally:
+            if self._cnx is cnx and cnx.is_ready and self._state is _State.READY:
+                # The broker did not disconnect us: give back the permits of what was dropped.
+                self._ready.set()
+                self._return_permits(dropped)
+        await self._wait_ready()
+
+    async def get_last_message_id(self) -> tuple[WireMessageId, WireMessageId | None]:
+        """The topic's last message id and this subscription's mark-delete position."""
+        self._check_open()
+        await self._wait_ready()
+        cnx = self._cnx
+        if cnx is None:
+            raise NotConnected(f"consumer on {self._topic} is not connected")
+        answer = await cnx.request(lambda rid: commands.get_last_message_id(self._consumer_id, rid))
+        response = answer.getLastMessageIdResponse
+        mark_delete = (
+            WireMessageId.from_pb(response.consumer_mark_delete_position)
+            if response.HasField("consumer_mark_delete_position")
+            else None
+        )
+        return WireMessageId.from_pb(response.last_message_id), mark_delete
+
+    @property
+    def queued(self) -> int:
+        """Messages received from the broker and not yet handed to the application."""
+        return len(self._queue)
+
+    @property
+    def last_dequeued(self) -> MessageId | None:
+        return self._last_dequeued
+
+    @property
+    def start_message_id(self) -> MessageId | None:
+        return self._start
+
+    @property
+    def start_inclusive(self) -> bool:
+        return self._start_inclusive
+
+    async def unsubscribe(self) -> None:
+        """Delete the subscription on the broker, then close."""
+        self._check_open()
+        await self._wait_ready()
+        cnx = self._cnx
+        if cnx is None:
+            raise NotConnected(f"consumer on {self._topic} is not connected")
+        self._flush_acks()
+        await cnx.request(lambda rid: commands.unsubscribe(self._consumer_id, rid))
+        cnx.remove_consumer(self._consumer_id, self)
+        self._cnx = None
+        await self.close()
+
+    async def close(self) -> None:
+        """Send pending acknowledgements, detach from the broker; idempotent."""
+        if self._close_task is None:
+            self._close_task = self._loop.create_task(self._close())
+        await asyncio.shield(self._close_task)
+
+    # --- internals: handing out and acknowledging ---------------------------------------
+
+    def _check_open(self) -> None:
+        if self._state in (_State.CLOSING, _State.CLOSED):
+            raise AlreadyClosed(f"consumer on {self._topic} is closed")
+        if self._state is _State.FAILED:
+            raise NotConnected(f"consumer on {self._topic} was never created")
+
+    async def _wait_ready(self) -> None:
+        async with asyncio.timeout(self._host.config.operation_timeout):
+            await self._ready.wait()
+
+    def _hand_out(self, message: Message) -> Message:
+        message_id = message.message_id()
+        self._last_dequeued = message_id
+        if self._config.unacked_messages_timeout_ms > 0 and self._config.durable:
+            due = self._loop.time() + self._config.unacked_messages_timeout_ms / 1000
+            self._unacked.setdefault(_key(message_id), due)
+            self._arm_redelivery_timer(due)
+        self._return_permits(1)
+        return message
+
+    def _return_permits(self, count: int) -> None:
+        self._permits += count
+        if self._permits >= self._flow_threshold:
+            cnx = self._cnx
+            if cnx is not None and self._state is _State.READY:
+                cnx.write(commands.flow(self._consumer_id, self._permits))
+                self._permits = 0
+
+    def _untrack(self, key: EntryKey) -> None:
+        self._unacked.pop(key, None)
+        self._nacked.pop(key, None)
+
+    def _queue_ack(self, item: AckIdentity) -> None:
+        self._acks.append(item)
+        if not self._ack_flush_scheduled:
+            self._ack_flush_scheduled = True
+            self._loop.call_soon(self._flush_acks)
+
+    def _flush_acks(self) -> None:
+        self._ack_flush_scheduled = False
+        if not self._acks:
+            return
+        cnx = self._cnx
+        if cnx is None or not cnx.is_ready:
+            return  # kept: sent once subscribed again
+        acks, self._acks = self._acks, []
+        cnx.write(commands.ack(self._consumer_id, acks))
+
+    def _write_ack(self, frame: bytes) -> None:
+        self._flush_acks()  # keep the order of individual and cumulative acks
+        cnx = self._cnx
+        if cnx is not None:
+            cnx.write(frame)
+
+    # --- internals: redelivery ----------------------------------------------------------
+
+    def _arm_redelivery_timer(self, due: float) -> None:
+        timer = self._redelivery_timer
+        if timer is not None and timer.when() <= due:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._redelivery_timer = self._loop.call_at(due, self._on_redelivery_timer)
+
+    def _on_redelivery_timer(self) -> None:
+        self._redelivery_timer = None
+        if self._state is not _State.READY:
+            if self._state is _State.CONNECTING:
+                self._arm_redelivery_timer(self._loop.time() + 0.1)
+            return
+        now = self._loop.time()
+        due = [
+            key for table in (self._nacked, self._unacked) for key, t in table.items() if t <= now
+        ]
+        for key in due:
+            self._nacked.pop(key, None)
+            self._unacked.pop(key, None)
+        if due:
+            if self._config.consumer_type in _SHARED_TYPES:
+                ids = [_entry(key) for key in sorted(set(due))]
+                for start in range(0, len(ids), 1000):
+                    self._write_ack(
+                        commands.redeliver_unacknowledged_messages(
+                            self._consumer_id, ids[start : start + 1000]
+                        )
+                    )
+            else:
+                self._redeliver_all()
+        pending = [*self._nacked.values(), *self._unacked.values()]
+        if pending:
+            self._arm_redelivery_timer(min(pending))
+
+    def _redeliver_all(self) -> None:
+        """Exclusive/Failover redelivery: the broker rewinds; what is queued comes again."""
+        self._unacked.clear()
+        self._nacked.clear()
+        dropped = self._clear_queue()
+        cnx = self._cnx
+        if cnx is not None:
+            self._flush_acks()
+            cnx.write(commands.redeliver_unacknowledged_messages(self._consumer_id))
+        self._return_permits(dropped)
+
+    def _clear_queue(self) -> int:
+        dropped = len(self._queue)
+        self._queue.clear()
+        self._assembler.clear()
+        return dropped
+
+    # --- internals: MESSAGE --------------------------------------------------------------
+
+    def on_message(self, frame: Frame) -> None:
+        command = frame.command.message
+        received = WireMessageId.from_pb(command.message_id)
+        wire = WireMessageId(received.ledger_id, received.entry_id)
+        assert frame.entry is not None
+        if not frame.checksum_valid:
+            self._discard(wire, AckValidationError.ChecksumMismatch, 1)
+            return
+        try:
+            metadata, payload = decode_entry(frame.entry)
+        except RemoteProtocolError:
+            self._discard(wire, AckValidationError.BatchDeSerializeError, 1)
+            return
+        cnx = self._cnx
+        bound = cnx.max_message_size if cnx is not None else compression.DEFAULT_MAX_MESSAGE_SIZE
+        message_id = MessageId.from_wire(wire)
+        if is_chunk(metadata):
+            outcome = self._assembler.add(metadata, payload, wire, int(time.time() * 1000))
+            self._chunk_outcome(outcome)
+            if outcome.message is None:
+                self._return_permits(1)
+                return
+            metadata, payload = outcome.message.metadata, outcome.message.payload
+            ids = outcome.message.chunk_ids
+            message_id = MessageId.from_wire(ids[-1], first_chunk=ids[0])
+            self._chunks[_key(ids[-1])] = ids
+            bound = compression.DEFAULT_MAX_UNCOMPRESSED_SIZE
+        is_batch = metadata.HasField("num_messages_in_batch")
+        count = metadata.num_messages_in_batch if is_batch else 1
+        try:
+            payload = compression.decode(
+                metadata.compression,
+                payload,
+                metadata.uncompressed_size,
+                max_uncompressed_size=bound,
+            )
+        except compression.CompressionError as exc:
+            logger.warning("%s: discarding %s: %s", self, wire, exc)
+            self._discard(wire, exc.validation_error, count)
+            return
+        redelivery = command.redelivery_count
+        if not is_batch:
+            if self._before_start(message_id):
+                self._return_permits(1)
+                return
+            self._enqueue(
+                Message.from_entry(
+                    self._topic,
+                    message_id,
+                    metadata,
+                    payload,
+                    redelivery_count=redelivery,
+                    schema=self._config.schema,
+                )
+            )
+            return
+        try:
+            singles = decode_batch(payload, count)
+        except (RemoteProtocolError, ValueError) as exc:
+            logger.warning("%s: discarding batch %s: %s", self, wire, exc)
+            self._discard(wire, AckValidationError.BatchDeSerializeError, count)
+            return
+        to_deliver = unacked_indexes(command.ack_set, count)
+        if self._config.durable:
+            self._batches.delivered(_key(wire), count, to_deliver)
+        skipped = 0
+        for index, single in enumerate(singles):
+            batch_id = MessageId(-1, wire.ledger_id, wire.entry_id, index, batch_size=count)
+            if index not in to_deliver or self._before_start(batch_id):
+                skipped += 1
+                continue
+            self._enqueue(
+                Message.from_batch(
+                    self._topic,
+                    batch_id,
+                    metadata,
+                    single,
+                    redelivery_count=redelivery,
+                    schema=self._config.schema,
+                )
+            )
+        if skipped:
+            self._return_permits(skipped)
+
+    def _before_start(self, message_id: MessageId) -> bool:
+        """A reader's filter: is this message before its start (or the start, exclusive)?"""
+        start = self._start
+        if start is None or self._config.durable or start.entry_id() in (-1, _I64_MAX):
+            return False  # earliest and latest are not positions of a message
+        if start.batch_index() < 0 and message_id.batch_index() >= 0:
+            # A whole-entry start id against a batch: the entry is the start message.
+            entry = (message_id.ledger_id(), message_id.entry_id())
+            start_entry = (start.ledger_id(), start.entry_id())
+            return entry < start_entry or (entry == start_entry and not self._start_inclusive)
+        if self._start_inclusive:
+            return message_id < start
+        return message_id <= start
+
+    def _enqueue(self, message: Message) -> None:
+        self._queue.append(message)
+        self._arrived.set()
+
+    def _discard(self, wire: WireMessageId, error: AckValidationError | int, permits: int) -> None:
+        cnx = self._cnx
+        if cnx is not None and self._config.durable:
+            self._write_ack(commands.ack(self._consumer_id, [wire], validation_error=int(error)))
+        self._return_permits(permits)
+
+    def _chunk_outcome(self, outcome: ChunkOutcome) -> None:
+        for wire in outcome.ack:
+            self._queue_ack(wire)
+        if outcome.redeliver:
+            self._write_ack(
+                commands.redeliver_unacknowledged_messages(self._consumer_id, outcome.redeliver)
+            )
+
+    # --- internals: connection events ---------------------------------------------------
+
+    def on_active_consumer_change(self, is_active: bool) -> None:
+        logger.info("%s: active=%s", self, is_active)
+
+    def on_reached_end_of_topic(self) -> None:
+        logger.info("%s: reached the end of the topic", self)
+
+    def on_closed_by_broker(self, connection: Connection) -> None:
+        logger.info("%s: closed by the broker; resubscribing", self)
+        self._connection_gone(connection)
+
+    def on_connection_lost(self, connection: Connection) -> None:
+        self._connection_gone(connection)
+
+    def _connection_gone(self, connection: Connection) -> None:
+        if connection is self._creating_on:
+            self._creating_on = None
+        if connection is not self._cnx:
+            return
+        self._cnx = None
+        self._ready.clear()
+        self._clear_queue()
+        if self._state is _State.READY:
+            self._state = _State.CONNECTING
+        if self._state is _State.CONNECTING and (
+            self._connect_task is None or self._connect_task.done()
+        ):
+            self._connect_task = self._loop.create_task(self._connect_loop())
+
+    # --- internals: (re)subscription ----------------------------------------------------
+
+    async def start(self) -> None:
+        """Subscribe (``AsyncClient.subscribe`` calls this).
+
+        Raises:
+            Timeout: retriable failures until the operation timeout.
+            PulsarException: a failure retrying cannot mend (ConsumerBusy, ...).
+        """
+        self._connect_task = self._loop.create_task(self._connect_loop())
+        try:
+            await asyncio.shield(self._created)
+        except asyncio.CancelledError:
+            await self.close()
+            raise
+        except PulsarException:
+            self._host.consumer_closed(self)
+            raise
+
+    async def _connect_loop(self) -> None:
+        backoff = self._host.config.new_backoff()
+        first = not self._created.done()
+        deadline = self._loop.time() + self._host.config.operation_timeout
+        while True:
+            try:
+                await self._subscribe_on(await self._host.connection_for(self._topic))
+                return
+            except PulsarException as exc:
+                if first and (not exc.retriable or self._loop.time() >= deadline):
+                    self._state = _State.FAILED
+                    if not self._created.done():
+                        self._created.set_exception(exc)
+                    return
+                logger.warning("%s: cannot (re)subscribe, retrying: %r", self, exc)
+            await asyncio.sleep(backoff.next())
+
+    def _subscribe_command(self, request_id: int) -> bytes:
+        config = self._config
+        schema = config.schema.to_pb() if config.schema is not None else None
+        start: WireMessageId | None = None
+        if not config.durable:
+            resume = self._last_dequeued or self._start
+            start = (resume or MessageId.earliest).wire
+            if self._last_dequeued is not None:
+                self._start, self._start_inclusive = self._last_dequeued, False
+        return commands.subscribe(
+            self._topic,
+            config.subscription_name,
+            self._consumer_id,
+            request_id,
+            config.consumer_type,
+            consumer_name=config.consumer_name,
+            durable=config.durable,
+            start_message_id=start,
+            metadata=config.properties,
+            schema=schema,
+            initial_position=config.initial_position,
+        )
+
+    async def _subscribe_on(self, cnx: Connection) -> None:
+        cnx.register_consumer(self._consumer_id, self)
+        self._creating_on = cnx
+        try:
+            await cnx.request(self._subscribe_command)
+        except BaseException as exc:
+            cnx.remove_consumer(self._consumer_id, self)
+            if not isinstance(exc, PulsarException) or isinstance(exc, Timeout):
+                cnx.send_request_nowait(lambda rid: commands.close_consumer(self._consumer_id, rid))
+            raise
+        if self._creating_on is not cnx or not cnx.is_ready:
+            cnx.remove_consumer(self._consumer_id, self)
+            raise Disconnected("the connection closed while subscribing")
+        self._creating_on = None
+        self._cnx = cnx
+        self._clear_queue()
+        self._permits = 0
+        if self._state is _State.CONNECTING:
+            self._state = _State.READY
+        cnx.write(commands.flow(self._consumer_id, self._config.receiver_queue_size))
+        self._flush_acks()
+        self._ready.set()
+        logger.info("%s: subscribed on %s", self, cnx.physical)
+        if not self._created.done():
+            self._created.set_result(None)
+
+    # --- closing ------------------------------------------------------------------------
+
+    async def _close(self) -> None:
+        was = self._state
+        self._state = _State.CLOSING
+        self._arrived.set()  # wake receivers: they see AlreadyClosed
+        if self._redelivery_timer is not None:
+            self._redelivery_timer.cancel()
+            self._redelivery_timer = None
+        task, self._connect_task = self._connect_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if not self._created.done():
+            self._created.set_exception(AlreadyClosed("consumer closed while subscribing"))
+            self._created.exception()
+        cnx, self._cnx = self._cnx, None
+        if cnx is not None and was is _State.READY:
+            acks, self._acks = self._acks, []
+            if acks and cnx.is_ready:
+                cnx.write(commands.ack(self._consumer_id, acks))
+            cnx.remove_consumer(self._consumer_id, self)
+            if cnx.is_ready:
+                try:
+                    await cnx.request(lambda rid: commands.close_consumer(self._consumer_id, rid))
+                except PulsarException as exc:
+                    logger.info("%s: close not confirmed by the broker: %r", self, exc)
+        self._queue.clear()
+        self._state = _State.CLOSED
+        self._host.consumer_closed(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"<AsyncConsumer {self._config.subscription_name} on {self._topic} "
+            f"({self._state.value})>"
+        )
+
+
+def _id_of(message: Message | MessageId) -> MessageId:
+    if isinstance(message, Message):
+        return message.message_id()
+    if isinstance(message, MessageId):
+        return message
+    raise TypeError(f"expected a Message or MessageId, not {type(message).__name__}")
+
+
+def consumer_config(**options: Any) -> ConsumerConfig:
+    """A ``ConsumerConfig`` from keyword options (enums accepted as ints)."""
+    if "consumer_type" in options:
+        options["consumer_type"] = SubType(int(options["consumer_type"]))
+    if "initial_position" in options:
+        options["initial_position"] = InitialPosition(int(options["initial_position"]))
+    return ConsumerConfig(**options)

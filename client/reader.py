@@ -1,0 +1,87 @@
+"""``AsyncReader``: reads a topic from a chosen message id, without a durable subscription.
+
+A reader is a consumer on a non-durable ``reader-<10 hex>`` subscription created at
+``start_message_id`` (the broker delivers from that entry, inclusive); ``AsyncConsumer``
+filters out what precedes the start, inside batches too, honouring
+``start_message_id_inclusive`` as the official clients do. After a reconnection it resumes
+after the last message it handed out.
+
+``has_message_available()`` follows the C++ client: a queued message answers yes at once;
+otherwise GET_LAST_MESSAGE_ID is compared with the last message read (or, before any, with the
+start id; a reader started at ``latest`` compares the subscription's mark-delete position).
+"""
+
+from __future__ import annotations
+
+from client.consumer import AsyncConsumer
+from client.errors import AlreadyClosed
+from client.message import Message
+from client.message_id import MessageId
+
+__all__ = ["AsyncReader"]
+
+_LATEST = MessageId.latest
+
+
+class AsyncReader:
+    """A reader of one topic; create it with ``AsyncClient.create_reader``."""
+
+    def __init__(self, consumer: AsyncConsumer) -> None:
+        self._consumer = consumer
+
+    def topic(self) -> str:
+        return self._consumer.topic()
+
+    def is_connected(self) -> bool:
+        return self._consumer.is_connected()
+
+    async def read_next(self, timeout_millis: int | None = None) -> Message:
+        """The next message; ``Timeout`` when none comes within ``timeout_millis``."""
+        return await self._consumer.receive(timeout_millis)
+
+    async def has_message_available(self) -> bool:
+        """Whether ``read_next`` would return a message without waiting for a new one."""
+        consumer = self._consumer
+        if consumer.queued:
+            return True
+        last, mark_delete = await consumer.get_last_message_id()
+        if consumer.queued:
+            return True
+        if last.entry_id < 0:
+            return False
+        last_key = (last.ledger_id, last.entry_id, last.batch_index)
+        seen = consumer.last_dequeued
+        if seen is not None:
+            return last_key > (seen.ledger_id(), seen.entry_id(), seen.batch_index())
+        start = consumer.start_message_id or MessageId.earliest
+        if start == _LATEST:
+            if mark_delete is None:
+                return False
+            return (last.ledger_id, last.entry_id) > (mark_delete.ledger_id, mark_delete.entry_id)
+        start_key = (start.ledger_id(), start.entry_id(), start.batch_index())
+        if consumer.start_inclusive:
+            return last_key >= start_key
+        return last_key > start_key
+
+    async def seek(self, target: MessageId | int) -> None:
+        """Move to a message id or a publish time (ms since the epoch)."""
+        await self._consumer.seek(target)
+
+    async def close(self) -> None:
+        await self._consumer.close()
+
+    def __aiter__(self) -> AsyncReader:
+        return self
+
+    async def __anext__(self) -> Message:
+        try:
+            return await self._consumer.receive()
+        except AlreadyClosed:
+            raise StopAsyncIteration from None
+
+    @property
+    def consumer(self) -> AsyncConsumer:
+        return self._consumer
+
+    def __repr__(self) -> str:
+        return f"<AsyncReader on {self.topic()}>"
