@@ -61,6 +61,9 @@ class CompressionType(IntEnum):
     ZLIB = 2
     ZSTD = 3
     SNAPPY = 4
+    # The official ``pulsar`` package spells it ``ZLib``: an alias (not a member of its own),
+    # so an application that switches its import to ``client`` keeps working.
+    ZLib = 2
 
 
 class KeySharedMode(IntEnum):
