@@ -1,0 +1,156 @@
+"""Consume throughput: our client (``client``) against the official ``pulsar-client``, same broker.
+
+One broker subprocess (default settings). For each mode (unbatched, batched) and each client,
+the official producer first fills a fresh topic with ``--count`` messages of ``--size`` bytes
+(not measured); then the client subscribes from the earliest message (receiver queue 1000) and
+receives and acknowledges every message, one ``receive`` and one ``acknowledge`` per message.
+Reported per run: messages per second (subscribe to last message) and the client's CPU time per
+message (this process's CPU time, the official client's C++ threads included; the broker runs
+in another process). Prints one JSON document.
+
+    .venv/bin/python bench/bench_client_consume.py --count 50000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import pulsar  # noqa: E402
+
+from client import AsyncClient, Client, InitialPosition  # noqa: E402
+from tests.helpers import BrokerProcess  # noqa: E402
+
+QUEUE = 1000
+
+
+def quiet_official(url: str) -> pulsar.Client:
+    return pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+
+
+def fill(url: str, count: int, payload: bytes, batched: bool) -> str:
+    """A fresh topic holding ``count`` messages from the official producer."""
+    topic = f"bench-consume-{uuid.uuid4().hex}"
+    client = quiet_official(url)
+    try:
+        producer = client.create_producer(
+            topic, batching_enabled=batched, block_if_queue_full=True, max_pending_messages=1000
+        )
+        for _ in range(count):
+            producer.send_async(payload, None)
+        producer.flush()
+    finally:
+        client.close()
+    return topic
+
+
+def figures(wall: float, cpu: float, count: int) -> dict[str, float]:
+    return {"msgs_per_s": round(count / wall), "client_cpu_us_per_msg": round(cpu / count * 1e6, 1)}
+
+
+def measure(run: Callable[[], None], count: int) -> dict[str, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    run()
+    return figures(time.perf_counter() - wall, time.process_time() - cpu, count)
+
+
+def official(url: str, topic: str, count: int, payload: bytes) -> dict[str, float]:
+    client = quiet_official(url)
+
+    def run() -> None:
+        consumer = client.subscribe(
+            topic,
+            "bench",
+            initial_position=pulsar.InitialPosition.Earliest,
+            receiver_queue_size=QUEUE,
+        )
+        for _ in range(count):
+            message = consumer.receive(10_000)
+            assert len(message.data()) == len(payload)
+            consumer.acknowledge(message)
+
+    try:
+        return measure(run, count)
+    finally:
+        client.close()
+
+
+def ours_blocking(url: str, topic: str, count: int, payload: bytes) -> dict[str, float]:
+    with Client(url) as client:
+
+        def run() -> None:
+            consumer = client.subscribe(
+                topic, "bench", initial_position=InitialPosition.Earliest, receiver_queue_size=QUEUE
+            )
+            for _ in range(count):
+                message = consumer.receive(10_000)
+                assert len(message.data()) == len(payload)
+                consumer.acknowledge(message)
+
+        return measure(run, count)
+
+
+def ours_async(url: str, topic: str, count: int, payload: bytes) -> dict[str, float]:
+    async def main() -> dict[str, float]:
+        async with AsyncClient(url) as client:
+            wall, cpu = time.perf_counter(), time.process_time()
+            consumer = await client.subscribe(
+                topic, "bench", initial_position=InitialPosition.Earliest, receiver_queue_size=QUEUE
+            )
+            for _ in range(count):
+                message = await consumer.receive(10_000)
+                assert len(message.data()) == len(payload)
+                consumer.acknowledge(message)
+            return figures(time.perf_counter() - wall, time.process_time() - cpu, count)
+
+    try:
+        import uvloop
+
+        return uvloop.run(main())
+    except ImportError:  # pragma: no cover
+        return asyncio.run(main())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=50_000)
+    parser.add_argument("--size", type=int, default=100)
+    args = parser.parse_args()
+    payload = b"x" * args.size
+    results: dict[str, Any] = {"count": args.count, "size": args.size}
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = BrokerProcess(Path(tmp) / "data").start()
+        try:
+            for batched in (False, True):
+                mode = "batched" if batched else "unbatched"
+                for name, run in (
+                    ("official", official),
+                    ("ours_blocking_client", ours_blocking),
+                    ("ours_async_client", ours_async),
+                ):
+                    topic = fill(broker.url, args.count, payload, batched)
+                    results[f"{mode}/{name}"] = run(broker.url, topic, args.count, payload)
+                official_rate = results[f"{mode}/official"]["msgs_per_s"]
+                for name in ("ours_blocking_client", "ours_async_client"):
+                    key = f"{mode}/{name}"
+                    results[key]["vs_official"] = round(
+                        results[key]["msgs_per_s"] / official_rate, 2
+                    )
+        finally:
+            broker.terminate()
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
