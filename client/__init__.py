@@ -8,6 +8,8 @@ Pulsar service through the sans-I/O ``protocol`` package. Names follow the offic
 
 from client.client import AsyncClient
 from client.consumer import AsyncConsumer, ConsumerType
+from client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterPolicy
+from client.effectively_once import AsyncEffectivelyOnceReader, EffectivelyOnceReader
 from client.errors import (
     AlreadyClosed,
     AuthenticationError,
@@ -60,6 +62,7 @@ from client.errors import (
 )
 from client.message import Message
 from client.message_id import MessageId
+from client.multi_topic import AsyncMultiTopicConsumer
 from client.producer import AsyncProducer
 from client.reader import AsyncReader
 from client.sync import Client, Consumer, Producer, Reader
@@ -69,6 +72,8 @@ __all__ = [
     "AlreadyClosed",
     "AsyncClient",
     "AsyncConsumer",
+    "AsyncEffectivelyOnceReader",
+    "AsyncMultiTopicConsumer",
     "AsyncProducer",
     "AsyncReader",
     "AuthenticationError",
@@ -83,11 +88,14 @@ __all__ = [
     "Consumer",
     "ConsumerAssignError",
     "ConsumerBusy",
+    "ConsumerDeadLetterPolicy",
     "ConsumerNotFound",
     "ConsumerNotInitialized",
     "ConsumerType",
     "CryptoError",
     "CumulativeAcknowledgementNotAllowedError",
+    "DeadLetterPolicy",
+    "EffectivelyOnceReader",
     "ErrorGettingAuthenticationData",
     "IncompatibleSchema",
     "InitialPosition",

@@ -25,15 +25,14 @@ from typing import Protocol
 from client.batching import (
     BatchBuilder,
     OutgoingMessage,
+    SendEncoder,
     compress_payload,
     message_metadata,
 )
 from client.chunking import ChunkingError, split_into_chunks
 from client.errors import MessageTooBig
 from client.pending import ChunkedSend, Completion, SendOp
-from protocol import commands
 from protocol.enums import CompressionType
-from protocol.metadata import encode_entry
 
 __all__ = ["Accumulator", "BatchAccumulator", "EntryContext", "SingleAccumulator"]
 
@@ -81,11 +80,12 @@ class Accumulator(Protocol):
 class SingleAccumulator:
     """Batching off: one entry (or one chunked message) per message, at once."""
 
-    __slots__ = ("_chunking", "_context")
+    __slots__ = ("_chunking", "_context", "_encoder")
 
     def __init__(self, context: EntryContext, *, chunking: bool = False) -> None:
         self._context = context
         self._chunking = chunking
+        self._encoder = _encoder_for(context)
 
     @property
     def deadline(self) -> int | None:
@@ -95,22 +95,14 @@ class SingleAccumulator:
         return []
 
     def add(self, message: OutgoingMessage, future: Completion, now_ms: int) -> list[SendOp]:
-        context = self._context
         if self._chunking:
             return self._chunked(message, future, now_ms)
         # batching.encode_message, without its BuiltEntry: this runs once per message.
-        metadata = message_metadata(
-            message,
-            producer_name=context.producer_name,
-            publish_time=now_ms,
-            schema_version=context.schema_version,
-        )
-        payload = compress_payload(metadata, message.payload, context.codec)
-        entry = encode_entry(metadata, payload)
-        _check_size(len(entry) - 4, context)
+        encoder = self._encoder
+        entry = encoder.entry(message, now_ms)
+        _check_size(len(entry) - 4, self._context)
         sequence_id = message.sequence_id
-        frame = commands.send(context.producer_id, sequence_id, entry)
-        return [SendOp(sequence_id, frame, [future], sequence_id)]
+        return [SendOp(sequence_id, encoder.send(sequence_id, entry), [future], sequence_id)]
 
     def _chunked(self, message: OutgoingMessage, future: Completion, now_ms: int) -> list[SendOp]:
         context = self._context
@@ -145,11 +137,12 @@ class SingleAccumulator:
 class BatchAccumulator:
     """Batching on: messages collect into batch entries (``batching.BatchBuilder``)."""
 
-    __slots__ = ("_builder", "_context", "_futures", "_single")
+    __slots__ = ("_builder", "_context", "_encoder", "_futures", "_single")
 
     def __init__(self, context: EntryContext, builder: BatchBuilder) -> None:
         self._context = context
         self._builder = builder
+        self._encoder = _encoder_for(context)
         self._futures: list[Completion] = []
         self._single = SingleAccumulator(context)
 
@@ -192,7 +185,7 @@ class BatchAccumulator:
         futures, self._futures = self._futures, []
         op = SendOp(
             built.sequence_id,
-            built.send(context.producer_id),
+            self._encoder.batch_send(built),
             futures,
             built.highest_sequence_id,
             permits=len(futures),
@@ -203,6 +196,15 @@ class BatchAccumulator:
             op.fail(MessageTooBig(f"batch of {len(built.entry)} bytes exceeds {limit}"))
             op.frame = b""  # the producer releases the permits and sends nothing
         return [op]
+
+
+def _encoder_for(context: EntryContext) -> SendEncoder:
+    return SendEncoder(
+        context.producer_id,
+        producer_name=context.producer_name,
+        codec=context.codec,
+        schema_version=context.schema_version,
+    )
 
 
 def _check_size(size: int, context: EntryContext) -> None:

@@ -63,8 +63,11 @@ class BatchAcks:
         A batch not tracked (already completed, or delivered before a restart of the
         bookkeeping) is taken as entirely unacknowledged.
         """
-        size, unacked = self._batches.get(key, (batch_size, set(range(batch_size))))
+        tracked = self._batches.get(key)  # no eager default: it would cost O(batch) per ack
+        size, unacked = tracked if tracked is not None else (batch_size, set(range(batch_size)))
         unacked.discard(index)
+        if unacked and tracked is not None:
+            return unacked  # updated in place
         if unacked:
             self._batches[key] = (size, unacked)
         else:

@@ -35,6 +35,8 @@ from client import compression
 from protocol import commands, pb
 from protocol.batch import SingleMessage
 from protocol.enums import CompressionType
+from protocol.framing import encode_payload_command
+from protocol.ids import to_u64
 from protocol.metadata import encode_entry
 
 _U32 = struct.Struct(">I")
@@ -74,6 +76,11 @@ class OutgoingMessage(NamedTuple):
     deliver_at_time: int | None = None
     null_value: bool = False
 
+    def numbered(self, sequence_id: int) -> OutgoingMessage:
+        """This message with ``sequence_id`` (what ``_replace`` does, at a third of its cost:
+        the producer numbers every message it queues)."""
+        return tuple.__new__(OutgoingMessage, (self[0], sequence_id, *self[2:]))
+
     @property
     def is_batchable(self) -> bool:
         """Whether the message may join a batch (a delayed one must travel alone)."""
@@ -90,6 +97,19 @@ class OutgoingMessage(NamedTuple):
             sequence_id=self.sequence_id,
             null_value=self.null_value,
         )
+
+
+def _is_plain(message: OutgoingMessage) -> bool:
+    """No per-message field beyond payload and sequence id: the common case, encoded from a
+    template (``SendEncoder``, ``BatchBuilder``)."""
+    return (
+        not message.properties
+        and message.partition_key is None
+        and message.ordering_key is None
+        and not message.event_time
+        and message.deliver_at_time is None
+        and not message.null_value
+    )
 
 
 def _record_header(message: OutgoingMessage) -> bytes:
@@ -180,6 +200,85 @@ def message_metadata(
     return metadata
 
 
+class SendEncoder:
+    """The SEND frames of one producer, encoded from protobuf objects it keeps filled in.
+
+    Building a ``BaseCommand`` and a ``MessageMetadata`` afresh for every message costs about
+    3.5 us, most of an unbatched send's encoding. Refilling the fields that change (sequence id,
+    publish time, batch counts) in objects made once per producer costs about a third of that
+    and gives the same bytes as ``encode_message`` + ``BuiltEntry.send`` (a test holds them
+    equal). A message with properties, keys, an event time, a delivery time or a null value
+    takes the general path.
+
+    One instance per producer, used from its event loop only: the templates are mutated.
+    """
+
+    __slots__ = ("_batch_command", "_codec", "_command", "_metadata", "_producer_name", "_schema")
+
+    def __init__(
+        self,
+        producer_id: int,
+        *,
+        producer_name: str,
+        codec: CompressionType | int = CompressionType.NONE,
+        schema_version: bytes | None = None,
+    ) -> None:
+        self._producer_name = producer_name
+        self._codec = codec
+        self._schema = schema_version
+        self._command = _send_template(producer_id)
+        self._batch_command = _send_template(producer_id)
+        self._batch_command.send.num_messages = 1
+        self._batch_command.send.highest_sequence_id = 0
+        metadata = pb.MessageMetadata(producer_name=producer_name, sequence_id=0, publish_time=0)
+        if schema_version is not None:
+            metadata.schema_version = schema_version
+        if codec != CompressionType.NONE:
+            metadata.compression = codec  # type: ignore[assignment]  # pb enums are ints
+            metadata.uncompressed_size = 0
+        self._metadata = metadata
+
+    def entry(self, message: OutgoingMessage, publish_time: int) -> bytes:
+        """``encode_message(message, ...).entry`` for this producer."""
+        if not _is_plain(message):
+            metadata = message_metadata(
+                message,
+                producer_name=self._producer_name,
+                publish_time=publish_time,
+                schema_version=self._schema,
+            )
+            return encode_entry(metadata, compress_payload(metadata, message.payload, self._codec))
+        metadata = self._metadata
+        metadata.sequence_id = message.sequence_id
+        metadata.publish_time = publish_time
+        payload = message.payload
+        if self._codec != CompressionType.NONE:
+            metadata.uncompressed_size = len(payload)
+            payload = compression.encode(self._codec, payload)
+        header = metadata.SerializeToString()
+        return b"".join((_U32.pack(len(header)), header, payload))
+
+    def send(self, sequence_id: int, entry: bytes) -> bytes:
+        """``commands.send(producer_id, sequence_id, entry)``: one message's SEND."""
+        self._command.send.sequence_id = sequence_id & commands.U64_MASK
+        return encode_payload_command(self._command, entry)
+
+    def batch_send(self, built: BuiltEntry) -> bytes:
+        """``built.send(producer_id)`` for a batch entry."""
+        send = self._batch_command.send
+        send.sequence_id = built.sequence_id & commands.U64_MASK
+        send.num_messages = built.num_messages
+        send.highest_sequence_id = to_u64(built.highest_sequence_id)
+        return encode_payload_command(self._batch_command, built.entry)
+
+
+def _send_template(producer_id: int) -> pb.BaseCommand:
+    command = pb.BaseCommand(type=pb.BaseCommand.SEND)
+    command.send.producer_id = producer_id & commands.U64_MASK
+    command.send.sequence_id = 0
+    return command
+
+
 def compress_payload(
     metadata: pb.MessageMetadata, payload: bytes, codec: CompressionType | int
 ) -> bytes:
@@ -248,6 +347,7 @@ class BatchBuilder:
         "_first_added_at",
         "_first_message",
         "_highest_sequence_id",
+        "_plain_header",
         "_records",
         "_size",
         "max_bytes",
@@ -276,6 +376,8 @@ class BatchBuilder:
         self._first_message: OutgoingMessage | None = None
         self._first_added_at = 0
         self._highest_sequence_id = -1
+        # Refilled for every plain message: a third of the cost of a new SingleMessageMetadata.
+        self._plain_header = _SingleMessageMetadata(payload_size=0, sequence_id=0)
 
     def __len__(self) -> int:
         """Messages in the batch being built."""
@@ -322,8 +424,14 @@ class BatchBuilder:
                 f"sequence id {sequence_id} does not follow "
                 f"{self._highest_sequence_id} in the batch"
             )
-        header = _record_header(message)
         payload = message.payload
+        if _is_plain(message):  # _record_header's bytes, from this builder's template
+            template = self._plain_header
+            template.payload_size = len(payload)
+            template.sequence_id = sequence_id
+            header = template.SerializeToString()
+        else:
+            header = _record_header(message)
         record_size = 4 + len(header) + len(payload)
         if first is None:
             self._first_message = message

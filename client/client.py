@@ -12,16 +12,19 @@ child gets ``ClientUsedAfterFork`` from it and must create its own.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import os
+import re
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, overload
 
 from client.config import ClientConfig
 from client.connection import Connection
 from client.connection_pool import ConnectionPool
 from client.consumer import AsyncConsumer, ConsumerConfig, PayloadSchema
+from client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterSender
 from client.errors import (
     AlreadyClosed,
     ClientUsedAfterFork,
@@ -30,11 +33,18 @@ from client.errors import (
 )
 from client.lookup import LookupService
 from client.message_id import MessageId
+from client.multi_topic import AsyncMultiTopicConsumer
 from client.producer import AsyncProducer, PayloadEncoder, ProducerConfig
 from client.reader import AsyncReader
 from client.service_url import ServiceUrl
-from protocol import InvalidTopicNameError, TopicName
-from protocol.enums import CompressionType, InitialPosition, ProducerAccessMode, SubType
+from protocol import InvalidTopicNameError, TopicName, commands
+from protocol.enums import (
+    CompressionType,
+    InitialPosition,
+    ProducerAccessMode,
+    SubType,
+    TopicListMode,
+)
 
 __all__ = ["AsyncClient"]
 
@@ -189,9 +199,45 @@ class AsyncClient:
 
     # --- consumers and readers ----------------------------------------------------------
 
+    @overload
     async def subscribe(
         self,
         topic: str,
+        subscription_name: str,
+        consumer_type: SubType | int = ...,
+        schema: PayloadSchema | None = ...,
+        receiver_queue_size: int = ...,
+        consumer_name: str | None = ...,
+        unacked_messages_timeout_ms: int = ...,
+        negative_ack_redelivery_delay_ms: int = ...,
+        properties: Mapping[str, str] | None = ...,
+        initial_position: InitialPosition | int = ...,
+        batch_index_ack_enabled: bool = ...,
+        dead_letter_policy: ConsumerDeadLetterPolicy | None = ...,
+        pattern_auto_discovery_period: float = 60,
+    ) -> AsyncConsumer: ...
+
+    @overload
+    async def subscribe(
+        self,
+        topic: list[str] | re.Pattern[str],
+        subscription_name: str,
+        consumer_type: SubType | int = ...,
+        schema: PayloadSchema | None = ...,
+        receiver_queue_size: int = ...,
+        consumer_name: str | None = ...,
+        unacked_messages_timeout_ms: int = ...,
+        negative_ack_redelivery_delay_ms: int = ...,
+        properties: Mapping[str, str] | None = ...,
+        initial_position: InitialPosition | int = ...,
+        batch_index_ack_enabled: bool = ...,
+        dead_letter_policy: ConsumerDeadLetterPolicy | None = ...,
+        pattern_auto_discovery_period: float = 60,
+    ) -> AsyncMultiTopicConsumer: ...
+
+    async def subscribe(
+        self,
+        topic: str | list[str] | re.Pattern[str],
         subscription_name: str,
         consumer_type: SubType | int = SubType.Exclusive,
         schema: PayloadSchema | None = None,
@@ -202,17 +248,21 @@ class AsyncClient:
         properties: Mapping[str, str] | None = None,
         initial_position: InitialPosition | int = InitialPosition.Latest,
         batch_index_ack_enabled: bool = False,
-    ) -> AsyncConsumer:
-        """Subscribe to one topic (the official ``subscribe`` names; keyword use advised).
+        dead_letter_policy: ConsumerDeadLetterPolicy | None = None,
+        pattern_auto_discovery_period: float = 60,
+    ) -> AsyncConsumer | AsyncMultiTopicConsumer:
+        """Subscribe (the official ``subscribe`` names; keyword use advised).
 
-        Lists of topics, patterns and partitioned topics are not supported yet.
+        ``topic``: one topic; a list of topics, or a compiled ``re.Pattern`` of full topic
+        names in one namespace (re-checked every ``pattern_auto_discovery_period`` seconds),
+        both giving an ``AsyncMultiTopicConsumer`` (see ``client.multi_topic``).
+        ``dead_letter_policy``: see ``client.dead_letter`` (Shared and Key_Shared only).
+        Partitioned topics are not supported yet.
 
         Raises:
             InvalidTopicName, OperationNotSupported, ConsumerBusy, Timeout, ...
         """
         self._check_open()
-        if not isinstance(topic, str):
-            raise OperationNotSupported("multi-topic and pattern subscriptions: not yet")
         config = ConsumerConfig(
             subscription_name=subscription_name,
             consumer_type=SubType(int(consumer_type)),
@@ -225,7 +275,21 @@ class AsyncClient:
             negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
             unacked_messages_timeout_ms=unacked_messages_timeout_ms,
         )
-        return await self._start_consumer(topic, config)
+        if isinstance(topic, str):
+            return await self._start_consumer(topic, config, dead_letter_policy)
+        multi = AsyncMultiTopicConsumer(
+            functools.partial(
+                self._start_consumer, config=config, dead_letter_policy=dead_letter_policy
+            ),
+            subscription_name,
+            receiver_queue_size,
+            topics=[_full_topic_name(t) for t in topic] if isinstance(topic, list) else None,
+            pattern=topic if isinstance(topic, re.Pattern) else None,
+            list_topics=self.get_topics_of_namespace,
+            discovery_period=pattern_auto_discovery_period,
+        )
+        await multi.start()
+        return multi
 
     async def create_reader(
         self,
@@ -249,14 +313,35 @@ class AsyncClient:
         )
         return AsyncReader(await self._start_consumer(topic, config))
 
-    async def _start_consumer(self, topic: str, config: ConsumerConfig) -> AsyncConsumer:
+    async def _start_consumer(
+        self,
+        topic: str,
+        config: ConsumerConfig,
+        dead_letter_policy: ConsumerDeadLetterPolicy | None = None,
+    ) -> AsyncConsumer:
         full_name = _full_topic_name(topic)
         if await self._lookup.partitioned_metadata(full_name) > 0:
             raise OperationNotSupported(f"{full_name} is partitioned; not supported yet")
-        consumer = AsyncConsumer(self, full_name, next(self._ids), config)
+        dead_letter = None
+        if dead_letter_policy is not None and DeadLetterSender.applies_to(config.consumer_type):
+            dead_letter = DeadLetterSender(
+                self, dead_letter_policy, full_name, config.subscription_name
+            )
+        consumer = AsyncConsumer(self, full_name, next(self._ids), config, dead_letter)
         self._consumers.add(consumer)
         await consumer.start()
         return consumer
+
+    async def get_topics_of_namespace(self, namespace: str) -> list[str]:
+        """The persistent topics of ``tenant/namespace`` (GET_TOPICS_OF_NAMESPACE)."""
+        self._check_open()
+        connection = await self._pool.get(self._lookup.service_address)
+        answer = await connection.request(
+            lambda rid: commands.get_topics_of_namespace(
+                namespace, rid, mode=TopicListMode.PERSISTENT
+            )
+        )
+        return list(answer.getTopicsOfNamespaceResponse.topics)
 
     def consumer_closed(self, consumer: AsyncConsumer) -> None:
         self._consumers.discard(consumer)

@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -62,9 +63,11 @@ from protocol import Frame, RemoteProtocolError, commands, decode_batch, decode_
 from protocol.commands import AckIdentity
 from protocol.enums import AckType, AckValidationError, InitialPosition, SubType
 from protocol.ids import MessageId as WireMessageId
+from protocol.ids import from_u64
 
 if TYPE_CHECKING:
     from client.connection import Connection
+    from client.dead_letter import DeadLetterSender
 
 __all__ = ["AsyncConsumer", "ConsumerConfig", "ConsumerHost", "ConsumerType"]
 
@@ -142,7 +145,12 @@ class AsyncConsumer:
     """A consumer of one topic; create it with ``AsyncClient.subscribe`` (or a reader)."""
 
     def __init__(
-        self, host: ConsumerHost, topic: str, consumer_id: int, config: ConsumerConfig
+        self,
+        host: ConsumerHost,
+        topic: str,
+        consumer_id: int,
+        config: ConsumerConfig,
+        dead_letter: DeadLetterSender | None = None,
     ) -> None:
         self._host = host
         self._topic = topic
@@ -156,6 +164,11 @@ class AsyncConsumer:
         self._connect_task: asyncio.Task[None] | None = None
         self._close_task: asyncio.Task[None] | None = None
         self._queue: deque[Message] = deque()
+        # A blocking ``Consumer`` on another thread takes queued messages without a loop round
+        # trip (``take_queued``); the lock makes "pop and owe its permit" atomic against a
+        # clear of the queue, which folds the owed permits in as if returned at the pop.
+        self._handoff_lock = threading.Lock()
+        self._owed_permits = 0
         self._arrived = asyncio.Event()
         self._ready = asyncio.Event()  # subscribed on a live connection
         self._permits = 0  # consumed since the last FLOW
@@ -172,6 +185,10 @@ class AsyncConsumer:
         self._start: MessageId | None = config.start_message_id
         self._start_inclusive = config.start_message_id_inclusive
         self._last_dequeued: MessageId | None = None
+        # Dead-letter policy (Shared/Key_Shared): messages on their last delivery, by entry.
+        self._dead_letter = dead_letter
+        self._last_deliveries: dict[EntryKey, list[Message]] = {}
+        self._dead_letter_tasks: set[asyncio.Task[None]] = set()
 
     # --- what the application sees ------------------------------------------------------
 
@@ -191,6 +208,8 @@ class AsyncConsumer:
             Timeout: nothing arrived in time.
             AlreadyClosed: the consumer is (or gets) closed.
         """
+        if self._queue:  # fast path: no timeout scope, no wait
+            return self._hand_out(self._queue.popleft())
         try:
             async with asyncio.timeout(None if timeout_millis is None else timeout_millis / 1000):
                 while not self._queue:
@@ -252,6 +271,7 @@ class AsyncConsumer:
             self._untrack(key)
             return
         unacked = self._batches.ack(key, message_id.batch_index(), batch_size)
+        self._forget_last_delivery(key, message_id.batch_index())
         if not unacked:
             self._queue_ack(_entry(key))
             self._untrack(key)
@@ -404,15 +424,40 @@ class AsyncConsumer:
         async with asyncio.timeout(self._host.config.operation_timeout):
             await self._ready.wait()
 
+    def take_queued(self) -> Message | None:
+        """Thread-safe: the next queued message for a blocking receiver on another thread, or
+        None. The caller must then run ``settle_taken(message)`` on the loop, before any
+        acknowledgement of it (the blocking facade's FIFO inbox keeps that order)."""
+        with self._handoff_lock:
+            if not self._queue:
+                return None
+            message = self._queue.popleft()
+            self._owed_permits += 1
+            self._last_dequeued = message.message_id()
+        return message
+
+    def settle_taken(self, message: Message) -> None:
+        """On the loop: the bookkeeping of ``_hand_out`` for a message ``take_queued`` took."""
+        self._track_handed_out(message, message.message_id())
+        with self._handoff_lock:
+            owed, self._owed_permits = self._owed_permits, 0
+        if owed:
+            self._return_permits(owed)
+
     def _hand_out(self, message: Message) -> Message:
         message_id = message.message_id()
         self._last_dequeued = message_id
+        self._track_handed_out(message, message_id)
+        self._return_permits(1)
+        return message
+
+    def _track_handed_out(self, message: Message, message_id: MessageId) -> None:
+        if self._dead_letter is not None and self._dead_letter.is_last_delivery(message):
+            self._last_deliveries.setdefault(_key(message_id), []).append(message)
         if self._config.unacked_messages_timeout_ms > 0 and self._config.durable:
             due = self._loop.time() + self._config.unacked_messages_timeout_ms / 1000
             self._unacked.setdefault(_key(message_id), due)
             self._arm_redelivery_timer(due)
-        self._return_permits(1)
-        return message
 
     def _return_permits(self, count: int) -> None:
         self._permits += count
@@ -422,9 +467,20 @@ class AsyncConsumer:
                 cnx.write(commands.flow(self._consumer_id, self._permits))
                 self._permits = 0
 
+    def _forget_last_delivery(self, key: EntryKey, batch_index: int) -> None:
+        """An acknowledged message of a batch is not dead-lettered with its entry."""
+        messages = self._last_deliveries.get(key)
+        if messages:
+            kept = [m for m in messages if m.message_id().batch_index() != batch_index]
+            if kept:
+                self._last_deliveries[key] = kept
+            else:
+                del self._last_deliveries[key]
+
     def _untrack(self, key: EntryKey) -> None:
         self._unacked.pop(key, None)
         self._nacked.pop(key, None)
+        self._last_deliveries.pop(key, None)
 
     def _queue_ack(self, item: AckIdentity) -> None:
         self._acks.append(item)
@@ -471,6 +527,7 @@ class AsyncConsumer:
         for key in due:
             self._nacked.pop(key, None)
             self._unacked.pop(key, None)
+        due = self._dead_letter_due(due)
         if due:
             if self._config.consumer_type in _SHARED_TYPES:
                 ids = [_entry(key) for key in sorted(set(due))]
@@ -486,6 +543,36 @@ class AsyncConsumer:
         if pending:
             self._arm_redelivery_timer(min(pending))
 
+    def _dead_letter_due(self, due: list[EntryKey]) -> list[EntryKey]:
+        """Send the due messages on their last delivery to the dead-letter topic; the rest."""
+        if self._dead_letter is None or self._config.consumer_type not in _SHARED_TYPES:
+            return due
+        rest = []
+        for key in dict.fromkeys(due):
+            messages = self._last_deliveries.pop(key, None)
+            if messages is None:
+                rest.append(key)
+                continue
+            task = self._loop.create_task(self._send_to_dead_letter(key, messages))
+            self._dead_letter_tasks.add(task)
+            task.add_done_callback(self._dead_letter_tasks.discard)
+        return rest
+
+    async def _send_to_dead_letter(self, key: EntryKey, messages: list[Message]) -> None:
+        assert self._dead_letter is not None
+        try:
+            await self._dead_letter.send(messages)
+        except Exception as exc:  # never acknowledged unsent: redelivered instead
+            logger.warning("%s: dead-letter publication failed, redelivering: %r", self, exc)
+            if self._state is _State.READY:
+                self._write_ack(
+                    commands.redeliver_unacknowledged_messages(self._consumer_id, [_entry(key)])
+                )
+            return
+        if self._state is _State.READY or self._state is _State.CONNECTING:
+            for message in messages:
+                self.acknowledge(message)
+
     def _redeliver_all(self) -> None:
         """Exclusive/Failover redelivery: the broker rewinds; what is queued comes again."""
         self._unacked.clear()
@@ -498,8 +585,11 @@ class AsyncConsumer:
         self._return_permits(dropped)
 
     def _clear_queue(self) -> int:
-        dropped = len(self._queue)
-        self._queue.clear()
+        with self._handoff_lock:
+            dropped = len(self._queue)
+            self._queue.clear()
+            self._permits += self._owed_permits  # taken before the clear: returned by then
+            self._owed_permits = 0
         self._assembler.clear()
         return dropped
 
@@ -507,8 +597,8 @@ class AsyncConsumer:
 
     def on_message(self, frame: Frame) -> None:
         command = frame.command.message
-        received = WireMessageId.from_pb(command.message_id)
-        wire = WireMessageId(received.ledger_id, received.entry_id)
+        received = command.message_id  # the entry's position only: one id object, not two
+        wire = WireMessageId(from_u64(received.ledgerId), from_u64(received.entryId))
         assert frame.entry is not None
         if not frame.checksum_valid:
             self._discard(wire, AckValidationError.ChecksumMismatch, 1)
@@ -765,6 +855,11 @@ class AsyncConsumer:
                 except PulsarException as exc:
                     logger.info("%s: close not confirmed by the broker: %r", self, exc)
         self._queue.clear()
+        for task in list(self._dead_letter_tasks):
+            task.cancel()
+        await asyncio.gather(*self._dead_letter_tasks, return_exceptions=True)
+        if self._dead_letter is not None:
+            await self._dead_letter.close()
         self._state = _State.CLOSED
         self._host.consumer_closed(self)
 

@@ -95,7 +95,9 @@ class Message:
             payload,
             message_id,
             topic,
-            properties={kv.key: kv.value for kv in metadata.properties},
+            properties={kv.key: kv.value for kv in metadata.properties}
+            if metadata.properties
+            else None,
             partition_key=metadata.partition_key,
             ordering_key=_text(metadata.ordering_key),
             event_timestamp=metadata.event_time,

@@ -336,9 +336,7 @@ class AsyncProducer:
             raise ValueError(f"sequence_id must be >= 0, not {sequence_id}")
         accumulator = self._accumulator
         assert accumulator is not None  # set before creation completes
-        ops = accumulator.add(
-            message._replace(sequence_id=sequence_id), completion, int(time.time() * 1000)
-        )
+        ops = accumulator.add(message.numbered(sequence_id), completion, int(time.time() * 1000))
         pending.reserve(1)
         if sequence_id >= self._next_sequence_id:
             self._next_sequence_id = sequence_id + 1

@@ -26,15 +26,17 @@ import concurrent.futures
 import functools
 import logging
 import os
+import re
 import threading
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from client.client import AsyncClient
 from client.consumer import AsyncConsumer, PayloadSchema
+from client.dead_letter import ConsumerDeadLetterPolicy
 from client.errors import (
     AlreadyClosed,
     ClientUsedAfterFork,
@@ -45,6 +47,7 @@ from client.errors import (
 )
 from client.message import Message
 from client.message_id import MessageId
+from client.multi_topic import AsyncMultiTopicConsumer
 from client.producer import AsyncProducer, PayloadEncoder, prepare_message
 from client.reader import AsyncReader
 from protocol.enums import CompressionType, InitialPosition, ProducerAccessMode, SubType
@@ -237,7 +240,7 @@ class Client:
 
     def subscribe(
         self,
-        topic: str,
+        topic: str | list[str] | re.Pattern[str],
         subscription_name: str,
         consumer_type: SubType | int = SubType.Exclusive,
         schema: PayloadSchema | None = None,
@@ -248,22 +251,30 @@ class Client:
         properties: Mapping[str, str] | None = None,
         initial_position: InitialPosition | int = InitialPosition.Latest,
         batch_index_ack_enabled: bool = False,
+        dead_letter_policy: ConsumerDeadLetterPolicy | None = None,
+        pattern_auto_discovery_period: float = 60,
     ) -> Consumer:
         """Subscribe; see ``AsyncClient.subscribe``."""
-        consumer = self._run(
-            self._async.subscribe(
-                topic,
-                subscription_name,
-                consumer_type,
-                schema,
-                receiver_queue_size,
-                consumer_name,
-                unacked_messages_timeout_ms,
-                negative_ack_redelivery_delay_ms,
-                properties,
-                initial_position,
-                batch_index_ack_enabled,
-            )
+        # mypy cannot pick an overload for a union argument: the union of both results.
+        consumer = cast(
+            "AsyncConsumer | AsyncMultiTopicConsumer",
+            self._run(
+                self._async.subscribe(
+                    topic,
+                    subscription_name,
+                    consumer_type,
+                    schema,
+                    receiver_queue_size,
+                    consumer_name,
+                    unacked_messages_timeout_ms,
+                    negative_ack_redelivery_delay_ms,
+                    properties,
+                    initial_position,
+                    batch_index_ack_enabled,
+                    dead_letter_policy,
+                    pattern_auto_discovery_period,
+                )
+            ),
         )
         return Consumer(self, consumer)
 
@@ -505,7 +516,7 @@ class Consumer:
     asynchronous); they are sent in the order they were made.
     """
 
-    def __init__(self, client: Client, consumer: AsyncConsumer) -> None:
+    def __init__(self, client: Client, consumer: AsyncConsumer | AsyncMultiTopicConsumer) -> None:
         self._client = client
         self._consumer = consumer
 
@@ -516,11 +527,22 @@ class Consumer:
         return self._consumer.subscription_name()
 
     @property
-    def async_consumer(self) -> AsyncConsumer:
+    def async_consumer(self) -> AsyncConsumer | AsyncMultiTopicConsumer:
         return self._consumer
 
     def receive(self, timeout_millis: int | None = None) -> Message:
-        return self._client._run(self._consumer.receive(timeout_millis))
+        consumer = self._consumer
+        if isinstance(consumer, AsyncConsumer):
+            # Fast path: a queued message is taken here, without a round trip to the loop
+            # and back; its bookkeeping (permits, ack timeout) follows through the inbox,
+            # ahead of any acknowledgement this thread makes next.
+            self._client._check_usable()
+            self._client._loop_thread.refuse_to_block_the_loop()
+            message = consumer.take_queued()
+            if message is not None:
+                self._client._submit(consumer.settle_taken, message)
+                return message
+        return self._client._run(consumer.receive(timeout_millis))
 
     def batch_receive(self, max_num_messages: int = 100, timeout_ms: int = 100) -> list[Message]:
         return self._client._run(self._consumer.batch_receive(max_num_messages, timeout_ms))

@@ -236,3 +236,22 @@ def test_future_results_cross_threads(running: BrokerThread) -> None:
         futures = [producer.send_async(b"%d" % n) for n in range(100)]
         done, _ = concurrent.futures.wait([f for f in futures if f], timeout=10)
         assert len(done) == 100
+
+
+def test_blocking_receive_takes_queued_messages_in_order_and_returns_their_permits(
+    running: BrokerThread,
+) -> None:
+    # 40 messages through a 4-message receiver queue: the fast path (take_queued on this
+    # thread) must give every permit back, or receiving stalls at the 5th message.
+    topic = f"sync-fast-{uuid.uuid4().hex}"
+    with Client(running.url) as client:
+        consumer = client.subscribe(topic, "sub", receiver_queue_size=4)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(40):
+            producer.send(str(i).encode())
+        received = []
+        for _ in range(40):
+            message = consumer.receive(5_000)
+            received.append(message.data())
+            consumer.acknowledge(message)
+        assert received == [str(i).encode() for i in range(40)]
