@@ -17,12 +17,20 @@ from pathlib import Path
 
 import pytest
 
+from broker.storage.cursor_state import decode_cursor_state
 from client import AsyncClient, InitialPosition, MessageId
 from client.consumer import AsyncConsumer
 from client.errors import Timeout
 from client.reader import AsyncReader
 from tests.client.test_effectively_once import free_port
-from tests.helpers import BrokerProcess, BrokerThread, close_client, new_client, topic_stats
+from tests.helpers import (
+    BrokerProcess,
+    BrokerThread,
+    close_client,
+    new_client,
+    topic_stats,
+    wait_until,
+)
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
@@ -122,6 +130,15 @@ async def check_recovery(
     await wait_for(lambda: backlog(http(), topic) == 0)
 
 
+def durable_mark_delete_entry(data_dir: Path) -> int:
+    """Entry id of subscription ``sub``'s mark-delete as its cursor file holds it (-1 if none)."""
+    paths = list(data_dir.glob("persistent/public/default/*/cursors/sub.cursor"))
+    if len(paths) != 1:
+        return -1
+    state = decode_cursor_state(paths[0].read_bytes(), paths[0])
+    return state.mark_delete.entry_id
+
+
 async def test_consumer_and_reader_recover_when_the_broker_is_killed(tmp_path: Path) -> None:
     port = free_port()
     broker = BrokerProcess(
@@ -131,6 +148,13 @@ async def test_consumer_and_reader_recover_when_the_broker_is_killed(tmp_path: P
     ).start()
     restarts = []
 
+    def kill_once_acks_are_durable() -> None:
+        # The backlog the test waited for is the broker's memory; the cursor file is written
+        # by its housekeeping a moment later. Killing before that would lose the acks, which
+        # at-least-once allows but this test's exact order check does not.
+        wait_until(lambda: durable_mark_delete_entry(tmp_path / "data") >= ACKED_BEFORE - 1)
+        broker.kill()
+
     def restart() -> None:
         broker.start()
         restarts.append(broker.port)
@@ -139,7 +163,9 @@ async def test_consumer_and_reader_recover_when_the_broker_is_killed(tmp_path: P
         async with AsyncClient(
             broker.url, initial_backoff_interval_ms=50, max_backoff_interval_ms=500
         ) as client:
-            await check_recovery(client, broker.url, lambda: broker.http, broker.kill, restart)
+            await check_recovery(
+                client, broker.url, lambda: broker.http, kill_once_acks_are_durable, restart
+            )
             assert restarts == [port]
     finally:
         broker.terminate()
