@@ -4,12 +4,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test test-fast lint fmt proto bench clean
+.PHONY: install java run test test-fast lint fmt proto bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,spark,plot]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -18,8 +18,14 @@ install: $(STAMP)
 run: install
 	$(VENV)/bin/magnetar standalone
 
+## java: the Spark connector's tests need a JVM (17+); install one when `java` is absent
+java:
+	@command -v java >/dev/null 2>&1 || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless; }
+
 ## test: install everything the suite needs, lint (ruff, mypy strict), then run the whole suite
-test: install lint
+test: install java lint
 	$(PY) -m pytest
 
 test-fast: install

@@ -3,7 +3,8 @@ the configuration it would run with, `magnetar repair-topic` checks a topic's st
 damaged one to its longest valid prefix (only when asked to, see `broker.storage.repair`).
 
 Both commands resolve the configuration the same way (embedded defaults, then `--conf FILE`,
-then each `--set key=value`), so `magnetar config` with the same options is an exact preview.
+then `MAGNETAR_<key>` environment variables, then each `--set key=value`), so `magnetar config`
+with the same options and environment is an exact preview.
 A configuration problem prints one line naming the key and exits with status 2, the usage-error
 status click uses, before anything is started.
 
@@ -17,6 +18,7 @@ import asyncio
 import importlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
@@ -24,6 +26,7 @@ from typing import Any, TypeVar
 
 import click
 
+from broker.auth.tokens_cli import tokens
 from broker.config import BrokerConfig, ConfigError, load_config
 from broker.logging_setup import configure_logging
 from broker.storage.lock import LedgerLock
@@ -83,7 +86,7 @@ def _config_options(command: _F) -> _F:
 
 def _resolve(conf: Path | None, overrides: dict[str, str]) -> BrokerConfig:
     try:
-        return load_config(conf, overrides)
+        return load_config(conf, overrides, os.environ)
     except ConfigError as exc:
         raise _ConfigProblem(f"configuration error: {exc}") from exc
 
@@ -92,6 +95,9 @@ def _resolve(conf: Path | None, overrides: dict[str, str]) -> BrokerConfig:
 @click.version_option(package_name="magnetar", prog_name="magnetar")
 def main() -> None:
     """Magnetar: a standalone broker speaking the Apache Pulsar binary protocol."""
+
+
+main.add_command(tokens)  # `magnetar tokens ...`, as `pulsar tokens` (broker/auth/tokens_cli.py)
 
 
 @main.command()
@@ -140,6 +146,9 @@ def _run(main_coroutine: Coroutine[Any, Any, None]) -> int:
             runner.run(main_coroutine)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except ConfigError as exc:  # found at start-up: key files, certificates, providers
+        click.echo(f"magnetar: configuration error: {exc}", err=True)
+        return EXIT_CONFIG_ERROR
     except Exception:
         log.exception("broker failed")
         return EXIT_BROKER_FAILED

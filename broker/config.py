@@ -1,7 +1,8 @@
 """The broker's one configuration object, and how it is loaded.
 
 `BrokerConfig` is a frozen dataclass passed explicitly to everything that needs a setting
-(uvicorn's single `Config`); nothing reads settings from globals or the environment.
+(uvicorn's single `Config`); nothing reads settings from globals. The environment is read once,
+by the command line, and handed to `load_config` (`MAGNETAR_<key>` variables, for containers).
 
 Rules this module keeps:
 
@@ -15,6 +16,9 @@ Rules this module keeps:
    back to a default.
 4. The defaults live here only; `conf/broker.toml` repeats them with comments and a test
    checks that the two agree.
+5. Precedence, lowest first: defaults, the TOML file, `MAGNETAR_<key>` environment variables,
+   `--set key=value`. A `MAGNETAR_` variable that names no key is an error like a typo in the
+   file (the key part may be in any case: `MAGNETAR_BROKERSERVICEPORT` works too).
 """
 
 from __future__ import annotations
@@ -31,7 +35,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-__all__ = ["BrokerConfig", "ConfigError", "config_keys", "load_config"]
+__all__ = ["ENV_PREFIX", "BrokerConfig", "ConfigError", "config_keys", "load_config"]
+
+#: Environment variables `MAGNETAR_<key>=value` override the file (see `load_config`).
+ENV_PREFIX = "MAGNETAR_"
 
 # Java's MESSAGE_SIZE_FRAME_PADDING: a frame carries the message plus command and metadata,
 # so the frame reader accepts this much more than maxMessageSize.
@@ -88,7 +95,8 @@ class BrokerConfig:
 
     # --- identity and sockets -------------------------------------------------------------
     cluster_name: str = _setting("clusterName", "standalone", non_empty=True)
-    bind_address: str = _setting("bindAddress", "0.0.0.0", non_empty=True)
+    # Loopback by default (issue #15: safe defaults); the Docker image binds every interface.
+    bind_address: str = _setting("bindAddress", "127.0.0.1", non_empty=True)
     advertised_address: str = _setting("advertisedAddress", "localhost", non_empty=True)
     broker_service_port: int = _setting("brokerServicePort", 6650, minimum=0, maximum=_MAX_PORT)
     web_service_port: int = _setting("webServicePort", 8080, minimum=0, maximum=_MAX_PORT)
@@ -151,6 +159,12 @@ class BrokerConfig:
         "dispatcherMaxReadSizeBytes", 5_242_880, minimum=1
     )
 
+    # --- compaction (issue #14): backlog bytes after the compaction horizon that start a run
+    # by themselves; 0 disables (Pulsar's default is 100 MiB; Magnetar's is off).
+    broker_service_compaction_threshold_in_bytes: int = _setting(
+        "brokerServiceCompactionThresholdInBytes", 0, minimum=0
+    )
+
     # --- PIP-6 deduplication --------------------------------------------------------------
     # Pulsar defaults this to false because dedup costs a snapshot cursor per topic. Magnetar
     # defaults it to true: effectively-once publishing is the product, and a broker that
@@ -172,6 +186,13 @@ class BrokerConfig:
         "brokerDeduplicationProducerInactivityTimeoutMinutes", 360, minimum=1
     )
 
+    # --- idempotency-key window (issue #16, broker/idempotency.py) --------------------------
+    # A message whose ``magnetar.idempotency-key`` was seen on the topic within this many
+    # seconds is a duplicate (JetStream's default window: 2 min); 0 turns key checks off.
+    idempotency_window_seconds: int = _setting("idempotencyWindowSeconds", 120, minimum=0)
+    # Most keys a topic (partition) remembers; the oldest leaves first.
+    idempotency_window_max_keys: int = _setting("idempotencyWindowMaxKeys", 100_000, minimum=1)
+
     # --- PIP-54 batch-index acknowledgement -----------------------------------------------
     acknowledgment_at_batch_index_level_enabled: bool = _setting(
         "acknowledgmentAtBatchIndexLevelEnabled", True
@@ -186,6 +207,46 @@ class BrokerConfig:
     subscription_key_shared_use_consistent_hashing: bool = _setting(
         "subscriptionKeySharedUseConsistentHashing", False
     )
+
+    # --- TLS (Pulsar's keys; see broker/tls.py) ---------------------------------------------
+    # -1 = no TLS listener (Pulsar leaves these keys empty); 6651 and 8443 are Pulsar's usual
+    # values. The plain ports are switched off with brokerServicePortEnabled/webServicePortEnabled.
+    broker_service_port_tls: int = _setting(
+        "brokerServicePortTls", -1, minimum=-1, maximum=_MAX_PORT
+    )
+    web_service_port_tls: int = _setting("webServicePortTls", -1, minimum=-1, maximum=_MAX_PORT)
+    broker_service_port_enabled: bool = _setting("brokerServicePortEnabled", True)
+    web_service_port_enabled: bool = _setting("webServicePortEnabled", True)
+    tls_certificate_file_path: str = _setting("tlsCertificateFilePath", "")
+    tls_key_file_path: str = _setting("tlsKeyFilePath", "")
+    tls_trust_certs_file_path: str = _setting("tlsTrustCertsFilePath", "")
+    tls_allow_insecure_connection: bool = _setting("tlsAllowInsecureConnection", False)
+    tls_require_trusted_client_cert_on_connect: bool = _setting(
+        "tlsRequireTrustedClientCertOnConnect", False
+    )
+    tls_protocols: str = _setting("tlsProtocols", "")  # e.g. "TLSv1.3,TLSv1.2"; "" = TLSv1.2+
+    tls_ciphers: str = _setting("tlsCiphers", "")  # OpenSSL cipher names, comma-separated
+
+    # --- authentication and authorization (Pulsar's keys; see broker/auth/) -----------------
+    authentication_enabled: bool = _setting("authenticationEnabled", False)
+    authentication_providers: str = _setting("authenticationProviders", "")
+    authentication_refresh_check_seconds: int = _setting(
+        "authenticationRefreshCheckSeconds", 60, minimum=1
+    )
+    # Magnetar: how long a failed authentication waits before its answer (brute-force cost).
+    authentication_failure_delay_ms: int = _setting(
+        "authenticationFailureDelayMs", 500, minimum=0, maximum=10_000
+    )
+    anonymous_user_role: str = _setting("anonymousUserRole", "")
+    token_secret_key: str = _setting("tokenSecretKey", "")
+    token_public_key: str = _setting("tokenPublicKey", "")
+    token_auth_claim: str = _setting("tokenAuthClaim", "sub", non_empty=True)
+    token_audience_claim: str = _setting("tokenAudienceClaim", "aud", non_empty=True)
+    token_audience: str = _setting("tokenAudience", "")
+    basic_auth_conf: str = _setting("basicAuthConf", "")
+    authorization_enabled: bool = _setting("authorizationEnabled", False)
+    super_user_roles: str = _setting("superUserRoles", "")
+    authenticate_metrics_endpoint: bool = _setting("authenticateMetricsEndpoint", False)
 
     # --- logging and metrics --------------------------------------------------------------
     log_level: str = _setting("logLevel", "INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
@@ -205,6 +266,32 @@ class BrokerConfig:
                 f"connectionWriteBufferHighWaterMarkBytes ({low} > "
                 f"{self.connection_write_buffer_high_water_mark_bytes})",
                 key="connectionWriteBufferLowWaterMarkBytes",
+            )
+        self._check_security()
+
+    def _check_security(self) -> None:
+        """TLS listeners need a certificate and key; authentication needs a provider."""
+        tls_ports = self.broker_service_port_tls >= 0 or self.web_service_port_tls >= 0
+        if tls_ports and not (self.tls_certificate_file_path and self.tls_key_file_path):
+            raise ConfigError(
+                "brokerServicePortTls/webServicePortTls need tlsCertificateFilePath and "
+                "tlsKeyFilePath",
+                key="tlsCertificateFilePath",
+            )
+        if not (self.broker_service_port_enabled or self.broker_service_port_tls >= 0):
+            raise ConfigError(
+                "brokerServicePortEnabled = false needs brokerServicePortTls",
+                key="brokerServicePortEnabled",
+            )
+        if not (self.web_service_port_enabled or self.web_service_port_tls >= 0):
+            raise ConfigError(
+                "webServicePortEnabled = false needs webServicePortTls",
+                key="webServicePortEnabled",
+            )
+        if self.authentication_enabled and not self.authentication_providers.strip():
+            raise ConfigError(
+                "authenticationEnabled needs at least one authenticationProviders entry",
+                key="authenticationProviders",
             )
 
     # --- derived values the broker uses -----------------------------------------------------
@@ -234,8 +321,11 @@ class BrokerConfig:
         return {_rule(f).key: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def describe(self) -> str:
-        """The resolved settings as `key = value` lines; valid TOML, for logs and `config`."""
-        return "".join(f"{key} = {_toml_scalar(value)}\n" for key, value in self.as_dict().items())
+        """The resolved settings as `key = value` lines; valid TOML, for logs and `config`.
+        Secrets given inline (a `data:` URL or base64 text) are shown as `<redacted>`."""
+        return "".join(
+            f"{key} = {_toml_scalar(_shown(key, value))}\n" for key, value in self.as_dict().items()
+        )
 
 
 _NO_OVERRIDES: Mapping[str, str] = MappingProxyType({})
@@ -246,14 +336,21 @@ def config_keys() -> tuple[str, ...]:
     return tuple(_FIELDS_BY_KEY)
 
 
-def load_config(path: Path | None, overrides: Mapping[str, str] = _NO_OVERRIDES) -> BrokerConfig:
-    """Build the configuration from defaults, a TOML file, then `--set` overrides.
+def load_config(
+    path: Path | None,
+    overrides: Mapping[str, str] = _NO_OVERRIDES,
+    environ: Mapping[str, str] = _NO_OVERRIDES,
+) -> BrokerConfig:
+    """Build the configuration from defaults, a TOML file, the environment, then `--set`.
 
     Args:
         path: a flat TOML file of camelCase keys; None means defaults only.
-        overrides: `key -> text` pairs applied after the file. The text is read as a TOML
-            scalar (`true`, `42`, `1.5`, `"x"`); for string settings unquoted text is taken
+        overrides: `key -> text` pairs applied last. The text is read as a TOML scalar
+            (`true`, `42`, `1.5`, `"x"`); for string settings unquoted text is taken
             literally, so `--set dataDir=/tmp/x` works.
+        environ: the process environment (the CLI passes `os.environ`); each
+            `MAGNETAR_<key>=text` is applied after the file and before `overrides`, its text
+            read as for `overrides`. Other variables are ignored.
 
     Raises:
         ConfigError: the file cannot be read or parsed, or a key is unknown or has a bad
@@ -263,6 +360,8 @@ def load_config(path: Path | None, overrides: Mapping[str, str] = _NO_OVERRIDES)
     if path is not None:
         for key, value in _read_toml(path).items():
             values[key] = _checked(key, value, source=str(path))
+    for key, text, source in _environment_overrides(environ):
+        values[key] = _checked(key, _parse_override(key, text, source), source=source)
     for key, text in overrides.items():
         values[key] = _checked(key, _parse_override(key, text), source="--set")
     names = {_FIELDS_BY_KEY[key].name: value for key, value in values.items()}
@@ -280,6 +379,9 @@ def _rule(f: dataclasses.Field[Any]) -> _Rule:
 _FIELDS_BY_KEY: Mapping[str, dataclasses.Field[Any]] = MappingProxyType(
     {_rule(f).key: f for f in dataclasses.fields(BrokerConfig)}
 )
+
+
+_KEYS_BY_LOWER_CASE: Mapping[str, str] = MappingProxyType({k.lower(): k for k in _FIELDS_BY_KEY})
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -310,8 +412,24 @@ def _checked(key: str, value: object, source: str) -> object:
         raise ConfigError(f"{source}: {exc}", key) from None
 
 
-def _parse_override(key: str, text: str) -> object:
-    f = _field_for(key, "--set")
+def _environment_overrides(environ: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """`(key, text, source)` for every `MAGNETAR_<key>` variable, in key order."""
+    found: list[tuple[str, str, str]] = []
+    for variable, text in sorted(environ.items()):
+        if not variable.startswith(ENV_PREFIX):
+            continue
+        name = variable[len(ENV_PREFIX) :]
+        source = f"environment variable {variable}"
+        key = _KEYS_BY_LOWER_CASE.get(name.lower())
+        if key is None:
+            _field_for(name, source)  # raises, with a did-you-mean hint
+        else:
+            found.append((key, text, source))
+    return found
+
+
+def _parse_override(key: str, text: str, source: str = "--set") -> object:
+    f = _field_for(key, source)
     wants_text = type(f.default) is str
     try:
         value: object = tomllib.loads(f"v = {text}")["v"]
@@ -319,7 +437,7 @@ def _parse_override(key: str, text: str) -> object:
         if wants_text:
             # Unquoted text for a string setting (paths, host names, log levels) is meant as is.
             return text
-        raise ConfigError(f"--set: {key}: cannot parse {text!r} as a TOML value", key) from None
+        raise ConfigError(f"{source}: {key}: cannot parse {text!r} as a TOML value", key) from None
     if wants_text and not isinstance(value, str):
         return text  # `--set clusterName=123` means the name "123", not a type error
     return value
@@ -376,6 +494,19 @@ _TYPE_NAMES: Mapping[type, str] = MappingProxyType(
 
 def _describe_type(value: object) -> str:
     return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+#: Keys whose value may be the secret itself rather than a reference to a file holding it.
+_SECRET_KEYS = frozenset({"tokenSecretKey", "basicAuthConf"})
+
+
+def _shown(key: str, value: object) -> object:
+    """``value`` as logs may show it: an inline secret (not a file reference) is redacted."""
+    if key not in _SECRET_KEYS or not isinstance(value, str) or not value:
+        return value
+    if value.startswith(("file:", "/", "./", "../")):
+        return value
+    return "<redacted>"
 
 
 def _toml_scalar(value: object) -> str:

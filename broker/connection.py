@@ -25,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from broker.auth.connection import ConnectionAuth
 from broker.connection_consumers import ConsumerEndpoint
 from broker.connection_producers import ProducerEndpoint
 from broker.errors import (
@@ -33,12 +34,14 @@ from broker.errors import (
     to_wire,
 )
 from broker.logging_setup import RateLimitedLog
+from broker.non_persistent import non_persistent_topics_of
 from protocol import commands, pb
 from protocol.errors import ProtocolError, ServerError
 from protocol.framing import SUB_MESSAGE_NAME, Frame, FrameDecoder
 from protocol.topic_name import InvalidTopicNameError, NamespaceName, TopicName
 
 if TYPE_CHECKING:
+    from broker.auth.authorization import Authorizer
     from broker.server import BrokerService
 
 log = logging.getLogger(__name__)
@@ -83,6 +86,7 @@ class ServerConnection(asyncio.Protocol):
         self.created_at = time.time()
         self.producers = ProducerEndpoint(self)
         self.consumers = ConsumerEndpoint(self)
+        self.auth = ConnectionAuth(self)  # the role; CONNECT authentication and its refresh
         self._handlers: dict[int, Callable[[Frame], None]] = {
             T.CONNECT: self._on_connect,
             T.PING: self._on_ping,
@@ -94,6 +98,7 @@ class ServerConnection(asyncio.Protocol):
             T.GET_OR_CREATE_SCHEMA: self._on_get_or_create_schema,
             **self.producers.handlers(),
             **self.consumers.handlers(),
+            **self.auth.handlers(),
         }
 
     # ------------------------------------------------------------------ shared with endpoints
@@ -109,6 +114,29 @@ class ServerConnection(asyncio.Protocol):
     @property
     def closing(self) -> bool:
         return self._closing
+
+    @property
+    def peer(self) -> str:
+        return self._peer
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        return self._transport
+
+    @property
+    def authorizer(self) -> Authorizer:
+        return self._service.security.authorizer
+
+    def refuse_after(self, delay: float, frame: bytes) -> None:
+        """Stop reading, then after ``delay`` seconds write ``frame`` and close (a failed
+        authentication: its answer is delayed so that guessing credentials costs time)."""
+        self.pause_reading()
+
+        def refuse() -> None:
+            self.write(frame)
+            self.close()
+
+        self._timers.append(self._loop.call_later(delay, refuse))
 
     # ------------------------------------------------------------------ asyncio callbacks
 
@@ -164,6 +192,7 @@ class ServerConnection(asyncio.Protocol):
         self._service.connection_limiter.release(self._peer_ip)
         for timer in self._timers:
             timer.cancel()
+        self.auth.connection_lost()
         for waiter in self._alive_waiters:
             if not waiter.done():
                 waiter.set_exception(ConnectionError("connection closed"))
@@ -320,6 +349,8 @@ class ServerConnection(asyncio.Protocol):
         cmd = frame.command.connect
         self.client_version = cmd.client_version
         version = min(cmd.protocol_version, MAX_PROTOCOL_VERSION)
+        if not self.auth.on_connect(cmd, SERVER_VERSION, version):
+            return  # refused: ERROR AuthenticationError follows after a delay
         self._connected = True
         self.write(
             commands.connected(
@@ -339,7 +370,8 @@ class ServerConnection(asyncio.Protocol):
 
     def parse_topic(self, name: str) -> TopicName:
         try:
-            return TopicName.parse(name)
+            # non-persistent:// too: BrokerService.get_topic serves those from memory.
+            return TopicName.parse(name, allow_non_persistent=True)
         except InvalidTopicNameError as exc:
             raise InvalidTopicName(str(exc)) from exc
 
@@ -348,6 +380,7 @@ class ServerConnection(asyncio.Protocol):
         request_id = cmd.request_id
         try:
             topic = self.parse_topic(cmd.topic)
+            self.authorizer.check_lookup(self.auth.role, topic)
             partitions = self._service.partitions_of(topic)
         except BrokerError as exc:
             code, message = to_wire(exc)
@@ -372,6 +405,7 @@ class ServerConnection(asyncio.Protocol):
             return
         try:
             topic = self.parse_topic(cmd.topic)
+            self.authorizer.check_lookup(self.auth.role, topic)
             self._service.check_namespace(topic)
         except BrokerError as exc:
             code, message = to_wire(exc)
@@ -401,7 +435,8 @@ class ServerConnection(asyncio.Protocol):
         self.write(
             commands.lookup_response(
                 request_id,
-                self._service.service_url,
+                self._service.service_url or None,
+                broker_service_url_tls=self._service.service_url_tls or None,
                 authoritative=True,
                 proxy_through_service_url=True,
             )
@@ -414,7 +449,17 @@ class ServerConnection(asyncio.Protocol):
         except InvalidTopicNameError as exc:
             self.reply_error(cmd.request_id, InvalidTopicName(str(exc)))
             return
+        try:
+            self.authorizer.check_list_topics(self.auth.role, namespace)
+        except BrokerError as exc:
+            self.reply_error(cmd.request_id, exc)
+            return
         topics = self._service.topics_of_namespace(namespace)
+        if cmd.mode != pb.CommandGetTopicsOfNamespace.PERSISTENT:
+            # NON_PERSISTENT / ALL (RegexSubscriptionMode): the loaded in-memory topics too.
+            in_memory = non_persistent_topics_of(self._service, namespace)
+            persistent = cmd.mode == pb.CommandGetTopicsOfNamespace.ALL
+            topics = (topics if persistent else []) + in_memory
         self.write(commands.get_topics_of_namespace_response(cmd.request_id, topics))
 
     # ------------------------------------------------------------------ schema
@@ -426,7 +471,8 @@ class ServerConnection(asyncio.Protocol):
         version = cmd.schema_version if cmd.HasField("schema_version") else None
         try:
             topic = self.parse_topic(cmd.topic)
-        except InvalidTopicName as exc:
+            self.authorizer.check_lookup(self.auth.role, topic)
+        except BrokerError as exc:
             code, message = to_wire(exc)
             self.write(
                 commands.get_schema_response(cmd.request_id, error_code=code, error_message=message)
@@ -455,6 +501,7 @@ class ServerConnection(asyncio.Protocol):
         cmd = frame.command.getOrCreateSchema
         try:
             topic = self.parse_topic(cmd.topic)
+            self.authorizer.check_produce(self.auth.role, topic)
             self._service.check_namespace(topic)
         except BrokerError as exc:
             code, message = to_wire(exc)

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker.consumer import Consumer
-from broker.errors import BrokerError, ConsumerBusy, MetadataError, ServiceNotReady, to_wire
+from broker.errors import (
+    BrokerError,
+    ConsumerBusy,
+    MetadataError,
+    NotAllowed,
+    ServiceNotReady,
+    to_wire,
+)
 from broker.storage import Position
 from broker.subscription import Subscription, SubType
 from protocol import commands, pb
@@ -32,6 +39,18 @@ class _ConsumerState:
     consumer: Consumer
     subscription: Subscription
     topic: Topic
+
+
+def understands_reached_end_of_topic(client_version: str) -> bool:
+    """Whether REACHED_END_OF_TOPIC may be sent to this client.
+
+    Java sends it to every client speaking protocol v9 or later, but the C++ client (and the
+    Python, Node.js and Go-over-C++ wrappers, which all announce ``Pulsar-CPP-v...``) has no case
+    for it in ``ClientConnection::handleIncomingCommand`` (checked up to 4.2.0): it logs
+    "Received invalid message from server" and closes the connection, then reconnects and gets
+    it again, forever. Those clients learn nothing from it, so they do not get it.
+    """
+    return not client_version.startswith("Pulsar-CPP")
 
 
 def _position(message_id: pb.MessageIdData) -> Position:
@@ -99,17 +118,24 @@ class ConsumerEndpoint:
             self._conn.write(commands.success(request_id))
             return
         topic_name = self._conn.parse_topic(cmd.topic)
+        self._conn.authorizer.check_consume(self._conn.auth.role, topic_name)
         topic = await self._service.get_topic(topic_name, create=True)
         durable = cmd.durable
         start: MessageId | None = None
         if not durable and cmd.HasField("start_message_id"):
             start = MessageId.from_pb(cmd.start_message_id)
+        sub_type = SubType(cmd.subType)
+        if cmd.read_compacted and sub_type in (SubType.Shared, SubType.Key_Shared):
+            # As Java: the compacted view is read by a single active consumer.
+            raise NotAllowed("Optional read compacted is not supported for Shared subscriptions")
         subscription = await topic.get_or_create_subscription(
             cmd.subscription,
             durable=durable,
             start=None if start is None else topic.reader_start(start),
             initial_earliest=cmd.initialPosition == pb.CommandSubscribe.Earliest,
         )
+        if not subscription.consumers:
+            await topic.set_read_compacted(subscription, cmd.read_compacted)
         consumer = Consumer(
             consumer_id=cmd.consumer_id,
             name=cmd.consumer_name,
@@ -118,7 +144,7 @@ class ConsumerEndpoint:
         )
         if self._conn.closing:
             return
-        subscription.add_consumer(consumer, SubType(cmd.subType))
+        subscription.add_consumer(consumer, sub_type)
         self._consumers[cmd.consumer_id] = _ConsumerState(consumer, subscription, topic)
         self._conn.write(commands.success(request_id))
 
@@ -185,6 +211,7 @@ class ConsumerEndpoint:
 
         async def seek() -> None:
             state = self._consumer_state(cmd.consumer_id)
+            self._conn.authorizer.check_consume(self._conn.auth.role, state.topic.name)
             topic, subscription = state.topic, state.subscription
             if cmd.HasField("message_publish_time"):
                 target = await topic.find_position_by_publish_time(cmd.message_publish_time)
@@ -220,6 +247,7 @@ class ConsumerEndpoint:
 
         async def unsubscribe() -> None:
             state = self._consumer_state(cmd.consumer_id)
+            self._conn.authorizer.check_consume(self._conn.auth.role, state.topic.name)
             others = [c for c in state.subscription.consumers if c is not state.consumer]
             if others:
                 raise ConsumerBusy("Unconnected or shared consumer attempting to unsubscribe")
@@ -273,10 +301,14 @@ class ConsumerEndpoint:
         redelivery_count: int,
         ack_set: list[int] | None,
     ) -> None:
+        # The partition index goes in the id, as Pulsar's broker does: the official clients
+        # report it from there (message_id().partition()).
+        state = self._consumers.get(consumer_id)
+        partition = state.topic.name.partition if state is not None else -1
         self._conn.write(
             commands.message(
                 consumer_id,
-                MessageId(position.ledger_id, position.entry_id),
+                MessageId(position.ledger_id, position.entry_id, partition),
                 entry,
                 redelivery_count,
                 ack_set,
@@ -287,6 +319,10 @@ class ConsumerEndpoint:
         # Forget the id first: the client re-subscribes with the same id after CLOSE_CONSUMER.
         self._consumers.pop(consumer_id, None)
         self._conn.write(commands.close_consumer(consumer_id))
+
+    def reached_end_of_topic(self, consumer_id: int) -> None:
+        if understands_reached_end_of_topic(self._conn.client_version):
+            self._conn.write(commands.reached_end_of_topic(consumer_id))
 
     def active_consumer_change(self, consumer_id: int, is_active: bool) -> None:
         self._conn.write(commands.active_consumer_change(consumer_id, is_active))

@@ -119,6 +119,7 @@ class ProducerEndpoint:
 
     async def _create_new_producer(self, cmd: pb.CommandProducer, request_id: int) -> None:
         topic_name = self._conn.parse_topic(cmd.topic)
+        self._conn.authorizer.check_produce(self._conn.auth.role, topic_name)  # fencing too
         if cmd.HasField("topic_epoch") and cmd.topic_epoch > I64_MAX:
             # Java reads this uint64 as a long: negative, so older than any epoch. Adopting it
             # would let the epoch pass 2**64 - 1, which no PRODUCER_SUCCESS can carry.
@@ -226,7 +227,9 @@ class ProducerEndpoint:
         )
         try:
             chunk = self._check_entry(frame, entry, num_messages)
-            future = state.topic.publish(state.producer, sequence_id, highest, entry, chunk)
+            future = state.topic.publish(
+                state.producer, sequence_id, highest, entry, chunk, num_messages=num_messages
+            )
         except ProducerFenced:
             # PIP-68: nothing from a fenced producer reaches the ledger; the client learns it
             # on reconnect (its stale topic epoch is refused with ProducerFenced).
@@ -235,7 +238,7 @@ class ProducerEndpoint:
         except BrokerError as exc:
             future = self._loop.create_future()
             future.set_exception(exc)
-        state.producer.msg_in += 1
+        state.producer.msg_in += num_messages
         state.receipts.append(_PendingSend(sequence_id, highest, future))
         self._pending_publishes += 1
         if self._pending_publishes >= self._config.max_pending_publish_requests_per_connection:

@@ -14,7 +14,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-import mmh3
+from protocol.hashing import murmur3_32_hash
 
 HASH_RANGE_SIZE = 65536
 _NO_KEY = b"NONE_KEY"
@@ -24,8 +24,7 @@ C = TypeVar("C", bound=Hashable)
 
 def sticky_key_hash(key: bytes | None) -> int:
     """Hash of a sticky key in ``[0, 65535]``, as Pulsar computes it."""
-    raw = mmh3.hash(key if key else _NO_KEY, 0, signed=False)
-    return (raw & 0x7FFFFFFF) % HASH_RANGE_SIZE
+    return murmur3_32_hash(key if key else _NO_KEY) % HASH_RANGE_SIZE
 
 
 @dataclass(slots=True)

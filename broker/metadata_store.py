@@ -13,12 +13,18 @@ older version over a newer one, so concurrent changes can finish in any order.
 * ``PolicyStore``: known namespaces (``public/default`` always exists, as in standalone Pulsar)
   and the PIP-6 deduplication policy at namespace and topic level. Resolution order: topic
   policy, then namespace policy, then the broker flag ``brokerDeduplicationEnabled``.
+  It also keeps the tenants (``public`` and ``pulsar`` exist out of the box), and the namespace
+  and topic policies the admin API sets: retention, ``allowAutoTopicCreation`` and message TTL
+  (stored under Pulsar's JSON field names, resolved topic > namespace > broker config).
+* ``PartitionStore``: partitioned topics and their partition counts (Pulsar's
+  ``PartitionedTopicMetadata``); each partition is an ordinary topic named ``<topic>-partition-N``.
 * ``SchemaStore``: the schemas producers declare (``Schema`` protobuf bytes, opaque here), one
   version list per topic; versions are 8-byte big-endian integers on the wire.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import struct
@@ -31,6 +37,22 @@ from broker.storage.files import OsFileLayer, atomic_write
 from protocol.topic_name import NamespaceName
 
 DEFAULT_NAMESPACES = ("public/default", "public/functions", "pulsar/system")
+#: Policy keys, as Pulsar spells them in its ``Policies`` / ``TopicPolicies`` JSON.
+RETENTION = "retention_policies"
+AUTO_TOPIC_CREATION = "autoTopicCreationOverride"
+MESSAGE_TTL = "message_ttl_in_seconds"
+#: Backlog bytes that trigger a compaction (issue #14; Pulsar's ``compaction_threshold``).
+COMPACTION_THRESHOLD = "compaction_threshold"
+#: Magnetar's idempotency-key window (issue #16): ``{"idempotencyWindowSeconds": int,
+#: "idempotencyWindowMaxKeys": int}``, either field may be absent.
+IDEMPOTENCY_WINDOW = "idempotencyWindow"
+POLICY_KEYS = (
+    RETENTION,
+    AUTO_TOPIC_CREATION,
+    MESSAGE_TTL,
+    COMPACTION_THRESHOLD,
+    IDEMPOTENCY_WINDOW,
+)
 _VERSION = struct.Struct(">q")
 
 
@@ -73,23 +95,83 @@ class _JsonDocument:
 
 
 class PolicyStore:
-    """Namespaces and deduplication policies, persisted."""
+    """Tenants, namespaces and their policies, persisted."""
 
     def __init__(self, directory: Path) -> None:
         self._doc = _JsonDocument(directory / "policies.json")
         loaded = self._doc.load()
         self.namespaces: set[str] = set(loaded.get("namespaces", DEFAULT_NAMESPACES))
+        # Documents written before tenants were stored: the tenants of the namespaces.
+        self.tenant_names: set[str] = set(
+            loaded.get("tenants", {ns.split("/", 1)[0] for ns in self.namespaces})
+        )
         self.namespace_dedup: dict[str, bool] = dict(loaded.get("namespaceDeduplication", {}))
         self.topic_dedup: dict[str, bool] = dict(loaded.get("topicDeduplication", {}))
+        self.namespace_policies: dict[str, dict[str, Any]] = {
+            k: dict(v) for k, v in loaded.get("namespacePolicies", {}).items()
+        }
+        self.topic_policies: dict[str, dict[str, Any]] = {
+            k: dict(v) for k, v in loaded.get("topicPolicies", {}).items()
+        }
 
     async def _save(self) -> None:
         await self._doc.save(
             {
+                "tenants": sorted(self.tenant_names),
                 "namespaces": sorted(self.namespaces),
                 "namespaceDeduplication": self.namespace_dedup,
                 "topicDeduplication": self.topic_dedup,
+                "namespacePolicies": self.namespace_policies,
+                "topicPolicies": self.topic_policies,
             }
         )
+
+    # -- tenants ----------------------------------------------------------------------------
+
+    def has_tenant(self, tenant: str) -> bool:
+        return tenant in self.tenant_names
+
+    async def create_tenant(self, tenant: str) -> bool:
+        """Add ``tenant`` (False if it exists)."""
+        if tenant in self.tenant_names:
+            return False
+        self.tenant_names.add(tenant)
+        await self._save()
+        return True
+
+    async def delete_tenant(self, tenant: str) -> None:
+        """Remove ``tenant``; the caller checked that it has no namespace left."""
+        self.tenant_names.discard(tenant)
+        await self._save()
+
+    # -- policies -----------------------------------------------------------------------------
+
+    def namespace_policy(self, namespace: str, key: str) -> Any:
+        """The namespace's value for ``key`` (one of ``POLICY_KEYS``), None if unset."""
+        return self.namespace_policies.get(namespace, {}).get(key)
+
+    def topic_policy(self, topic: str, key: str) -> Any:
+        return self.topic_policies.get(topic, {}).get(key)
+
+    async def set_namespace_policy(self, namespace: str, key: str, value: Any) -> None:
+        """Set (or, with None, remove) one namespace policy; durable on return."""
+        _set_policy(self.namespace_policies, namespace, key, value)
+        await self._save()
+
+    async def set_topic_policy(self, topic: str, key: str, value: Any) -> None:
+        _set_policy(self.topic_policies, topic, key, value)
+        await self._save()
+
+    def effective_policy(self, topic: str, namespace: str, key: str) -> Any:
+        """Topic policy, else namespace policy, else None (the broker config applies)."""
+        value = self.topic_policy(topic, key)
+        return value if value is not None else self.namespace_policy(namespace, key)
+
+    async def forget_topic(self, topic: str) -> None:
+        """Drop a deleted topic's policies (Pulsar deletes them with the topic)."""
+        had = self.topic_policies.pop(topic, None), self.topic_dedup.pop(topic, None)
+        if had != (None, None):
+            await self._save()
 
     def has_namespace(self, namespace: str) -> bool:
         return namespace in self.namespaces
@@ -110,10 +192,11 @@ class PolicyStore:
     async def delete_namespace(self, namespace: str) -> None:
         self.namespaces.discard(namespace)
         self.namespace_dedup.pop(namespace, None)
+        self.namespace_policies.pop(namespace, None)
         await self._save()
 
     def tenants(self) -> list[str]:
-        return sorted({ns.split("/", 1)[0] for ns in self.namespaces})
+        return sorted(self.tenant_names | {ns.split("/", 1)[0] for ns in self.namespaces})
 
     async def set_namespace_dedup(self, namespace: str, enabled: bool | None) -> None:
         if enabled is None:
@@ -135,6 +218,48 @@ class PolicyStore:
         if namespace in self.namespace_dedup:
             return self.namespace_dedup[namespace]
         return broker_default
+
+
+def _set_policy(table: dict[str, dict[str, Any]], owner: str, key: str, value: Any) -> None:
+    if key not in POLICY_KEYS:
+        raise ValueError(f"unknown policy {key!r}")
+    if value is None:
+        policies = table.get(owner, {})
+        policies.pop(key, None)
+        if not policies:
+            table.pop(owner, None)
+    else:
+        table.setdefault(owner, {})[key] = value
+
+
+class PartitionStore:
+    """Partitioned topics (full name without suffix) and their partition counts, persisted."""
+
+    def __init__(self, directory: Path) -> None:
+        self._doc = _JsonDocument(directory / "partitioned-topics.json")
+        self._partitions: dict[str, int] = {k: int(v) for k, v in self._doc.load().items()}
+        #: Held by the admin API across a create/grow/delete, which awaits between reading the
+        #: count and storing the new one: two growths must not interleave into a shrink.
+        self.changing = asyncio.Lock()
+
+    def partitions(self, topic: str) -> int:
+        """The partition count of ``topic``, 0 if it is not a partitioned topic."""
+        return self._partitions.get(topic, 0)
+
+    def topics_of(self, namespace: str) -> list[str]:
+        prefix = f"persistent://{namespace}/"
+        return sorted(t for t in self._partitions if t.startswith(prefix))
+
+    async def set(self, topic: str, partitions: int) -> None:
+        """Create or grow ``topic``; durable on return."""
+        if partitions <= 0:
+            raise ValueError(f"a partitioned topic needs at least one partition, not {partitions}")
+        self._partitions[topic] = partitions
+        await self._doc.save(self._partitions)
+
+    async def delete(self, topic: str) -> None:
+        if self._partitions.pop(topic, None) is not None:
+            await self._doc.save(self._partitions)
 
 
 class SchemaStore:

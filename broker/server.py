@@ -24,7 +24,9 @@ import signal
 import time
 from pathlib import Path
 
+from broker.auth import Security
 from broker.blocking import run_blocking
+from broker.compaction import apply_compaction_threshold
 from broker.config import BrokerConfig
 from broker.connection import ServerConnection
 from broker.connection_limits import ConnectionLimiter
@@ -32,7 +34,11 @@ from broker.damaged_topics import DamagedTopics, TopicDamage
 from broker.dedup import MessageDeduplication
 from broker.dedup_recovery import dedup_config_from, open_ledger_for_dedup, recover_dedup
 from broker.errors import ServiceNotReady, TopicNotFound
-from broker.metadata_store import PolicyStore, SchemaStore
+from broker.idempotency import IdempotencyWindow, WindowConfig
+from broker.idempotency_recovery import recover_window, window_config_for
+from broker.message_expiry import run_message_expiry
+from broker.metadata_store import PartitionStore, PolicyStore, SchemaStore
+from broker.non_persistent import get_non_persistent_topic
 from broker.storage import (
     CorruptCursorError,
     CorruptLedgerError,
@@ -44,8 +50,11 @@ from broker.storage import (
 )
 from broker.storage.files import ensure_directory
 from broker.storage.lock import LedgerLock
+from broker.tls import server_ssl_context
 from broker.topic import Topic, ledger_config_from
+from broker.topic_policies import apply_retention, auto_topic_creation_allowed
 from protocol.topic_name import (
+    NON_PERSISTENT,
     InvalidTopicNameError,
     NamespaceName,
     TopicName,
@@ -96,6 +105,8 @@ class BrokerService:
         metadata_dir = self.data_path / "metadata"
         self.policies = PolicyStore(metadata_dir)
         self.schemas = SchemaStore(metadata_dir)
+        self.partitioned = PartitionStore(metadata_dir)
+        self.security = Security(config, metadata_dir)  # authentication, authorization
         self.connections: set[ServerConnection] = set()
         self.connection_limiter = ConnectionLimiter(
             config.broker_max_connections, config.broker_max_connections_per_ip
@@ -109,6 +120,8 @@ class BrokerService:
         self._instance = format(int(time.time() * 1000), "x")
         self.service_url = ""
         self.web_url = ""
+        self.service_url_tls = ""  # set when brokerServicePortTls / webServicePortTls serve
+        self.web_url_tls = ""
         self.closing = False
         #: Test seam: the storage file layer (fault injection, simulated power loss).
         self.file_layer: FileLayer | None = None
@@ -126,10 +139,11 @@ class BrokerService:
 
     def partitions_of(self, topic: TopicName) -> int:
         self.check_namespace(topic)
-        return 0
+        return 0 if topic.is_partition else self.partitioned.partitions(topic.full_name)
 
     def topics_of_namespace(self, namespace: NamespaceName) -> list[str]:
-        """Full names of the loaded topics and of the topic folders on disk, sorted."""
+        """Full names of the loaded topics and of the topic folders on disk, sorted (persistent
+        ones; ``broker.non_persistent.non_persistent_topics_of`` lists the others)."""
         prefix = f"persistent://{namespace}/"
         names = {name for name in self.topics if name.startswith(prefix)}
         directory = namespace_directory(self.data_path, namespace)
@@ -153,6 +167,8 @@ class BrokerService:
         """The loaded topic, loading (and maybe creating) it first."""
         if self.closing:
             raise ServiceNotReady("Broker is shutting down")
+        if name.domain == NON_PERSISTENT:
+            return get_non_persistent_topic(self, name)
         key = name.full_name
         topic = self.topics.get(key)
         if topic is not None:
@@ -166,7 +182,7 @@ class BrokerService:
             await self.refuse_if_damaged(name)  # a load we waited for may just have failed
             self.check_namespace(name)
             directory = topic_directory(self.data_path, name)
-            if not directory.exists() and not (create and self.config.allow_auto_topic_creation):
+            if not directory.exists() and not (create and auto_topic_creation_allowed(self, name)):
                 raise TopicNotFound(f"Topic {key} does not exist")
             topic = await self._load(name, directory)
             self.topics[key] = topic
@@ -188,7 +204,10 @@ class BrokerService:
         dedup_on = self.dedup_enabled_for(name)
         key = name.full_name
         try:
-            ledger, dedup = await run_blocking(self._load_sync, key, directory, dedup_on)
+            window_config = window_config_for(self.config, self.policies, name)  # issue #16
+            ledger, dedup, window = await run_blocking(
+                self._load_sync, key, directory, dedup_on, window_config
+            )
         except _Refused as refused:
             self.damaged.mark(refused.damage)
             log.error(
@@ -200,6 +219,9 @@ class BrokerService:
             )
             raise refused.damage.error() from refused.__cause__
         topic = Topic(name, ledger, self.config, dedup=dedup)
+        topic.idempotency = window  # issue #16, before anything can publish
+        apply_retention(self, topic)  # namespace/topic retention policies (admin API)
+        apply_compaction_threshold(self, topic)  # issue #14: compaction-threshold policy
         log.info(
             "loaded topic %s in %.3f s (dedup %s)",
             name.full_name,
@@ -209,8 +231,8 @@ class BrokerService:
         return topic
 
     def _load_sync(
-        self, key: str, directory: Path, dedup_on: bool
-    ) -> tuple[Ledger, MessageDeduplication[Position] | None]:
+        self, key: str, directory: Path, dedup_on: bool, window_config: WindowConfig
+    ) -> tuple[Ledger, MessageDeduplication[Position] | None, IdempotencyWindow]:
         self._hold_ledger_lock(key, directory)
         try:
             ledger_config = ledger_config_from(self.config)
@@ -234,13 +256,14 @@ class BrokerService:
             )
             if not dedup_on and "pulsar.dedup" in ledger.cursors:
                 ledger.delete_cursor("pulsar.dedup")
+            window = recover_window(ledger, window_config)
         except BaseException:
             try:
                 ledger.close()
             finally:
                 self._release_ledger_lock(key)
             raise
-        return ledger, dedup
+        return ledger, dedup, window
 
     def _hold_ledger_lock(self, key: str, directory: Path) -> None:
         """Take the directory's lock for a load (worker thread). Kept if this service already
@@ -344,9 +367,13 @@ class Broker:
         self.file_layer = file_layer
         self.service: BrokerService | None = None
         self._server: asyncio.Server | None = None
+        self._tls_server: asyncio.Server | None = None
         self._web: object | None = None
+        self._expiry: asyncio.Task[None] | None = None
         self.port = 0
         self.web_port = 0
+        self.tls_port = 0
+        self.web_tls_port = 0
 
     async def start(self) -> None:
         from broker.web import start_web_server  # aiohttp is only needed once serving
@@ -355,24 +382,48 @@ class Broker:
         service.file_layer = self.file_layer
         self.service = service
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: ServerConnection(service),
-            host=self.config.bind_address,
-            port=self.config.broker_service_port,
-            reuse_address=True,
-            backlog=1024,
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        service.service_url = f"pulsar://{self.config.advertised_address}:{self.port}"
-        self._web, self.web_port = await start_web_server(self, service)
-        service.web_url = f"http://{self.config.advertised_address}:{self.web_port}"
+        host = self.config.advertised_address
+        if self.config.broker_service_port_enabled:
+            self._server = await loop.create_server(
+                lambda: ServerConnection(service),
+                host=self.config.bind_address,
+                port=self.config.broker_service_port,
+                reuse_address=True,
+                backlog=1024,
+            )
+            self.port = self._server.sockets[0].getsockname()[1]
+            service.service_url = f"pulsar://{host}:{self.port}"
+        if self.config.broker_service_port_tls >= 0:
+            self._tls_server = await loop.create_server(
+                lambda: ServerConnection(service),
+                host=self.config.bind_address,
+                port=self.config.broker_service_port_tls,
+                reuse_address=True,
+                backlog=1024,
+                ssl=server_ssl_context(self.config),
+            )
+            self.tls_port = self._tls_server.sockets[0].getsockname()[1]
+            service.service_url_tls = f"pulsar+ssl://{host}:{self.tls_port}"
+        self._web, self.web_port, self.web_tls_port = await start_web_server(self, service)
+        if self.web_port:
+            service.web_url = f"http://{host}:{self.web_port}"
+        if self.web_tls_port:
+            service.web_url_tls = f"https://{host}:{self.web_tls_port}"
+        self._expiry = asyncio.create_task(run_message_expiry(service), name="message expiry")
+        # "serving pulsar://host:port and http://host:port" is parsed by tools and tests.
+        bind = self.config.bind_address
+        listeners = [
+            f"pulsar://{bind}:{self.port}" if self._server is not None else "",
+            f"http://{bind}:{self.web_port}" if self.web_port else "",
+            f"pulsar+ssl://{bind}:{self.tls_port}" if self._tls_server is not None else "",
+            f"https://{bind}:{self.web_tls_port}" if self.web_tls_port else "",
+        ]
         log.info(
-            "Magnetar broker serving pulsar://%s:%d and http://%s:%d (data in %s)",
-            self.config.bind_address,
-            self.port,
-            self.config.bind_address,
-            self.web_port,
+            "Magnetar broker serving %s (data in %s; authentication %s, authorization %s)",
+            " and ".join(url for url in listeners if url),
             self.service.data_path,
+            "on" if self.config.authentication_enabled else "off",
+            "on" if self.config.authorization_enabled else "off",
         )
 
     async def shutdown(self) -> None:
@@ -381,8 +432,11 @@ class Broker:
         if service is None:
             return
         service.closing = True
-        if self._server is not None:
-            self._server.close()
+        if self._expiry is not None:
+            self._expiry.cancel()
+        for server in (self._server, self._tls_server):
+            if server is not None:
+                server.close()
         timeout = self.config.shutdown_timeout_seconds
         try:
             await asyncio.wait_for(service.close_topics(), timeout=timeout)
@@ -405,9 +459,10 @@ class Broker:
             _, late = await asyncio.wait(waiters, timeout=1.0)
             for waiter in late:
                 waiter.cancel()
-        if self._server is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._server.wait_closed(), timeout=1.0)
+        for server in (self._server, self._tls_server):
+            if server is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(server.wait_closed(), timeout=1.0)
         from broker.web import stop_web_server
 
         await stop_web_server(self._web)

@@ -42,6 +42,7 @@ from typing import Protocol
 from broker.consumer import Consumer
 from broker.entry_loader import ON_DISK, EntryLoader, EntryReads, Scheduler, TimerHandle
 from broker.errors import ConsumerBusy, NotAllowed
+from broker.idempotency import visible_ack_set
 from broker.key_shared import AutoSplitRanges, sticky_key_hash
 from broker.storage import Cursor, InvalidPositionError, Position, StorageError
 from protocol.metadata import EntryMetadata
@@ -86,6 +87,7 @@ class DispatchLimits:
 @dataclass(slots=True)
 class SubscriptionStats:
     msg_out: int = 0
+    bytes_out: int = 0  # entry bytes dispatched (Pulsar's msgThroughputOut counts these)
     msg_redelivered: int = 0
     delayed: int = 0
     unreadable_skipped: int = 0
@@ -160,15 +162,35 @@ class Subscription:
         self._dispatching = False
         self._keep_when_empty = False
         self._closed = False
-        self._entries = EntryLoader(
-            name,
+        #: Whether entries come through the compacted view (readCompacted, issue #14).
+        self.read_compacted = False
+        # Consumers already told REACHED_END_OF_TOPIC (once each, as Java).
+        self._told_end: set[Consumer] = set()
+        self._entries = self._new_loader(source)
+
+    def _new_loader(self, source: EntrySource) -> EntryLoader:
+        return EntryLoader(
+            self.name,
             source,
-            scheduler,
+            self._scheduler,
             self.schedule_dispatch,
             self._read_budget,
-            max_entries=limits.max_read_entries,
-            max_bytes=limits.max_read_bytes,
+            max_entries=self._limits.max_read_entries,
+            max_bytes=self._limits.max_read_bytes,
         )
+
+    def use_source(self, source: EntrySource, *, read_compacted: bool) -> None:
+        """Read through ``source`` from now on (readCompacted on or off); only while no consumer
+        is attached, so nothing is in flight. The read position restarts after the mark-delete."""
+        if self.consumers:
+            raise ConsumerBusy("Subscription has consumers with a different readCompacted")
+        self._entries.close()
+        self._source = source
+        self.read_compacted = read_compacted
+        self._entries = self._new_loader(source)
+        self._read_position = source.next_position(self.cursor.mark_delete_position)
+        self._replay.clear()
+        self._replay_set.clear()
 
     # ------------------------------------------------------------------ consumers
 
@@ -196,6 +218,7 @@ class Subscription:
             return
         previous_active = self.active_consumer()
         self.consumers.remove(consumer)
+        self._told_end.discard(consumer)
         if self.sub_type == SubType.Key_Shared:
             self._key_ranges.remove(id(consumer))
             self._refresh_hash_ranges()
@@ -257,6 +280,8 @@ class Subscription:
                 # Names no durable entry: a confused client. Java ignores it too.
                 continue
             if ack_set and any(ack_set):
+                ack_set = self._clear_hidden(position, ack_set)
+            if ack_set and any(ack_set):
                 if not self._limits.batch_index_ack:
                     # Flag off: Java's cursor ignores a partial ack; the batch stays unacked
                     # until the client acks the entry whole (B5 baseline).
@@ -281,6 +306,8 @@ class Subscription:
             raise NotAllowed("Cumulative ack is not supported for Shared subscriptions")
         if position > self._source.last_confirmed_position():
             return
+        if ack_set and any(ack_set):
+            ack_set = self._clear_hidden(position, ack_set)
         if ack_set and any(ack_set):
             self._mark_delete_through(position.previous())
             if self._limits.batch_index_ack:
@@ -366,6 +393,10 @@ class Subscription:
         The caller has already disconnected the consumers (Java's order: close, reset, reply).
         """
         self.cursor.reset(position)
+        if self.read_compacted:
+            repin = getattr(self._source, "repin", None)
+            if repin is not None:
+                repin()  # a restart: the newest compacted view (broker.compacted_reads)
         self._read_position = position
         self._in_flight.clear()
         self._replay.clear()
@@ -376,6 +407,18 @@ class Subscription:
         self._entries.invalidate()  # a read still in flight is for the old position
         # A reader's subscription survives the seek disconnect (the client re-subscribes).
         self._keep_when_empty = True
+
+    def skip_through(self, position: Position) -> None:
+        """Count everything up to ``position`` as consumed, consumers staying connected (admin
+        skip-all and message TTL expiry, as Java's ``markDelete`` on the cursor): entries in
+        flight there are forgotten, their consumers' acks later are no-ops."""
+        self._mark_delete_through(min(position, self._source.last_confirmed_position()))
+        for done in [p for p in self._in_flight if self.cursor.is_deleted(p)]:
+            self._forget(done)
+        self._read_position = max(
+            self._read_position, self._source.next_position(self.cursor.mark_delete_position)
+        )
+        self.schedule_dispatch()
 
     def keep_when_empty(self) -> None:
         self._keep_when_empty = True
@@ -440,6 +483,8 @@ class Subscription:
         while self._any_consumer_ready():
             batch = self._entries.batch(self._read_position)
             if not batch:
+                if batch is not None:
+                    self._maybe_reached_end()
                 return  # the end, or a disk read that dispatches again when it completes
             for position, entry in batch:
                 if not self._any_consumer_ready():
@@ -451,6 +496,20 @@ class Subscription:
                     continue
                 if not self._deliver(position, entry, from_replay=False):
                     self._add_replay(position)
+
+    def _maybe_reached_end(self) -> None:
+        """Past the last entry of a terminated topic: tell each consumer once (Java sends
+        REACHED_END_OF_TOPIC when a read finds no more entries on a terminated topic)."""
+        if not getattr(self._source, "terminated", False):
+            return
+        if self._read_position <= self._source.last_confirmed_position():
+            return
+        for consumer in self.consumers:
+            if consumer not in self._told_end:
+                self._told_end.add(consumer)
+                notify = getattr(consumer.sink, "reached_end_of_topic", None)
+                if notify is not None:
+                    notify(consumer.consumer_id)
 
     def _read_budget(self) -> int:
         """How many entries are worth reading from disk now: no more than the consumers that
@@ -481,6 +540,11 @@ class Subscription:
             return True
         batch_size = max(1, metadata.num_messages)
         ack_set = self.cursor.batch_ack_set(position) if self._limits.batch_index_ack else None
+        hidden = self._hidden_indexes(position)
+        if hidden:
+            # Issue #16: duplicate keys of a partly duplicate batch, hidden from everybody
+            # through the PIP-54 ack set (sent even with batch-index acks off).
+            ack_set = visible_ack_set(ack_set, hidden, batch_size)
         unacked = batch_size if ack_set is None else unacked_indexes(ack_set, batch_size)
         if unacked == 0:
             # Every index is acknowledged (stray bits past the batch kept the entry alive).
@@ -498,9 +562,24 @@ class Subscription:
         consumer.pending.add(position)
         self._in_flight[position] = _InFlight(consumer, batch_size, unacked)
         self.stats.msg_out += unacked
+        self.stats.bytes_out += len(entry)
         if from_replay:
             self.stats.msg_redelivered += unacked
         return True
+
+    def _hidden_indexes(self, position: Position) -> int:
+        """Bitmask of the batch indexes of ``position`` the topic hides from every subscription
+        and reader (issue #16, ``broker.idempotency``); 0 for a source without any."""
+        hidden_of = getattr(self._source, "hidden_indexes", None)
+        return 0 if hidden_of is None else int(hidden_of(position))
+
+    def _clear_hidden(self, position: Position, ack_set: list[int]) -> list[int]:
+        """An ack set from a client with the hidden indexes counted as acknowledged: the client
+        never saw them, so its acks alone must be able to complete the entry."""
+        hidden = self._hidden_indexes(position)
+        if not hidden:
+            return ack_set
+        return visible_ack_set(ack_set, hidden, len(ack_set) * 64)
 
     def _choose_consumer(self, metadata: EntryMetadata) -> Consumer | None:
         if self.sub_type in (SubType.Exclusive, SubType.Failover) or self.sub_type is None:

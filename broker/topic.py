@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.blocking import run_blocking, run_to_completion, submit_blocking
+from broker.compacted_reads import CompactedEntrySource
+from broker.compaction import COMPACTION_CURSOR, TopicCompaction
 from broker.config import BrokerConfig
 from broker.dedup import (
     DedupResult,
@@ -53,9 +55,34 @@ from broker.dedup import (
 )
 from broker.dedup_recovery import DEDUP_CURSOR, dedup_config_from, exact_batch_highest_sequence_id
 from broker.entry_loader import UNLIMITED_BYTES
-from broker.errors import NotAllowed, PersistenceError, ProducerFenced, ServiceNotReady
+from broker.errors import (
+    NotAllowed,
+    PersistenceError,
+    ProducerFenced,
+    ServiceNotReady,
+    TopicTerminated,
+)
+from broker.idempotency import (
+    IDEMPOTENCY_CURSOR,
+    Admission,
+    IdempotencyWindow,
+    Ticket,
+    Verdict,
+)
+from broker.idempotency_keys import entry_keys
+from broker.idempotency_recovery import take_snapshot as take_idempotency_snapshot
 from broker.producer import Producer, ProducerRegistry
-from broker.storage import Cursor, InitialPosition, Ledger, LedgerConfig, Position, StorageError
+from broker.rates import RateMeter
+from broker.storage import (
+    Cursor,
+    InitialPosition,
+    Ledger,
+    LedgerConfig,
+    OsFileLayer,
+    Position,
+    StorageError,
+)
+from broker.storage.buckets import LATENCY_MS_BOUNDS, Buckets
 from broker.subscription import DispatchLimits, Subscription
 from broker.write_barrier import WriteBarrier
 from protocol.errors import RemoteProtocolError
@@ -66,6 +93,8 @@ from protocol.topic_name import TopicName
 log = logging.getLogger(__name__)
 
 _METADATA_CACHE_ENTRIES = 4096
+#: Ledger property set (to 1) by the admin ``terminate``: no message is accepted after it.
+TERMINATED_PROPERTY = "pulsar.terminated"
 # Inactive producers are looked for at most this often; the timeout itself is in minutes.
 _PURGE_CHECK_INTERVAL_S = 60.0
 
@@ -81,12 +110,19 @@ class _PendingWrite:
     # For a chunk that is not the last of its message: its chunk id (dedup tracks its progress).
     chunk_id: int = -1
     position: Position | None = None
+    staged_at: float = 0.0  # time.monotonic() when accepted: the publish latency starts here
+    # The entry's new idempotency keys and hidden indexes (issue #16), None without keys.
+    ticket: Ticket | None = None
 
 
 @dataclass
 class TopicStats:
+    # Messages as Pulsar counts them: a batch entry adds its num_messages, a chunk adds 1.
     msg_in: int = 0
     bytes_in: int = 0
+    # Milliseconds from accepting a SEND to its entry being durable (Pulsar's storage write
+    # latency, pulsar_storage_write_latency_le_*).
+    publish_latency_ms: Buckets = field(default_factory=lambda: Buckets(LATENCY_MS_BOUNDS))
     persistence_errors: int = 0
     flushes: int = 0
     unreadable_entries: int = 0
@@ -126,6 +162,9 @@ class Topic:
         self.ledger = ledger
         self.config = config
         self.dedup = dedup
+        #: The idempotency-key window (issue #16): set by the loader right after construction
+        #: (`recover_window`), before anything can publish; None: keys are not checked.
+        self.idempotency: IdempotencyWindow | None = None
         self.stats = TopicStats()
         self.subscriptions: dict[str, Subscription] = {}
         # Accepted writes (staged or in a flush group) until durable or failed: a PIP-68 grant
@@ -135,6 +174,10 @@ class Topic:
         self._clock = clock
         self._loop = asyncio.get_running_loop()
         self._staged: list[_PendingWrite] = []
+        self._staged_bytes = 0
+        # Set when staged bytes reach journalMaxGroupSizeBytes: the group commit starts early.
+        self._group_full = asyncio.Event()
+        self._rates = RateMeter(self.rate_counters())
         # Producers that lost a message to a failed write; their SENDs are refused until they
         # reconnect as new producer objects (see the module docstring, step 3).
         self._failed_producers: set[Producer] = set()
@@ -146,6 +189,7 @@ class Topic:
         self._cursor_io = asyncio.Lock()
         self._dirty = asyncio.Event()
         self._closed = False
+        self._terminated = ledger.properties.get(TERMINATED_PROPERTY, 0) == 1
         self._metadata_cache: OrderedDict[Position, EntryMetadata] = OrderedDict()
         # Entries whose metadata does not parse (item 1 of issue #10): skipped by every reader.
         self._unreadable: set[Position] = set()
@@ -156,10 +200,15 @@ class Topic:
             delayed_delivery=config.delayed_delivery_enabled,
             delayed_tick_seconds=config.delayed_delivery_tick_time_millis / 1000,
         )
+        #: Compaction (issue #14): the compacted view, runs, their status.
+        self.compaction = TopicCompaction(self, OsFileLayer())
+        #: Backlog bytes that start a compaction by themselves (0: never); set from the
+        #: namespace policy or brokerServiceCompactionThresholdInBytes.
+        self.compaction_threshold_bytes = config.broker_service_compaction_threshold_in_bytes
         self._flusher = asyncio.create_task(self._flush_loop(), name=f"flush {name.full_name}")
         self._housekeeper = asyncio.create_task(self._housekeeping_loop())
         for cursor in ledger.cursors.values():
-            if cursor.name != DEDUP_CURSOR:
+            if cursor.name not in (DEDUP_CURSOR, COMPACTION_CURSOR, IDEMPOTENCY_CURSOR):
                 self._attach_subscription(cursor.name, cursor, durable=True)
 
     # ------------------------------------------------------------------ publishing
@@ -175,11 +224,14 @@ class Topic:
         highest_sequence_id: int,
         entry: bytes,
         chunk: ChunkInfo | None = None,
+        *,
+        num_messages: int = 1,
     ) -> asyncio.Future[Position | None]:
         """Accept one entry (a SEND); the future resolves when it is durable.
 
         ``chunk`` says where the entry sits in a chunked message (its SEND was validated by
         `SendEntryChecker`); dedup then works chunk by chunk (`MessageDeduplication.check_chunk`).
+        ``num_messages`` is the SEND's message count (a batch's size), for the msgIn counters.
 
         Resolves to ``None`` for a duplicate (receipt ``-1:-1``). Raises ``PersistenceError``
         synchronously for dedup's "unknown" answer (the write of that id is still in flight),
@@ -187,6 +239,8 @@ class Topic:
         """
         if self._closed:
             raise PersistenceError("Topic is closing")
+        if self._terminated:
+            raise TopicTerminated(f"Topic {self.name.full_name} was terminated")
         if not self.producers.may_publish(producer):
             # PIP-68: checked at append time, so a fenced producer never reaches the ledger.
             raise ProducerFenced("Producer was fenced")
@@ -194,6 +248,11 @@ class Topic:
             raise PersistenceError("An earlier message of this producer failed to persist")
         future: asyncio.Future[Position | None] = self._loop.create_future()
         chunk_id = -1 if chunk is None or chunk.is_last else chunk.chunk_id
+        # Issue #16: keys first, so a duplicate is answered with its original's position.
+        admission = self._check_idempotency_keys(entry) if chunk is None else None
+        if admission is not None and admission.verdict is Verdict.DUPLICATE:
+            future.set_result(admission.original)
+            return future
         dedup = self.dedup
         if dedup is not None:
             if chunk is not None:
@@ -213,27 +272,66 @@ class Topic:
                 raise PersistenceError(
                     "Cannot determine whether the message is a duplicate at this time"
                 )
-        self.stats.msg_in += 1
+        ticket = None
+        if admission is not None and self.idempotency is not None:
+            ticket = self.idempotency.admit(admission)
+        self.stats.msg_in += num_messages
         self.stats.bytes_in += len(entry)
-        self._staged.append(_PendingWrite(producer, entry, highest_sequence_id, future, chunk_id))
+        self._staged.append(
+            _PendingWrite(
+                producer,
+                entry,
+                highest_sequence_id,
+                future,
+                chunk_id,
+                staged_at=time.monotonic(),
+                ticket=ticket,
+            )
+        )
+        self._staged_bytes += len(entry)
+        if self._staged_bytes >= self.config.journal_max_group_size_bytes:
+            self._group_full.set()
         self._writes.accepted()
         self._dirty.set()
         return future
+
+    def _check_idempotency_keys(self, entry: bytes) -> Admission | None:
+        """The window's `Admission` of an entry with idempotency keys (None without keys).
+
+        Raises ``PersistenceError`` (retriable) while a key of the entry is still being written.
+        """
+        window = self.idempotency
+        if window is None or not window.config.enabled:
+            return None
+        keys = entry_keys(entry)
+        if keys is None:
+            return None
+        admission = window.check(keys.keys)
+        if admission.verdict is Verdict.IN_FLIGHT:
+            raise PersistenceError(
+                "Cannot determine whether the message is a duplicate at this time "
+                "(its idempotency key is still being written)"
+            )
+        return admission
+
+    def hidden_indexes(self, position: Position) -> int:
+        """Batch indexes of ``position`` no subscription or reader may deliver (issue #16)."""
+        window = self.idempotency
+        return 0 if window is None else window.hidden_indexes(position)
 
     async def _flush_loop(self) -> None:
         """Group commit: append what is staged, flush it in a thread, complete or fail it."""
         while True:
             await self._dirty.wait()
             self._dirty.clear()
-            wait = self.config.journal_max_group_wait_seconds
-            if wait > 0 and not self._closed:
-                # Let more appends join this group commit (BookKeeper journalMaxGroupWaitMSec).
-                await asyncio.sleep(wait)
+            await self._wait_for_group()
             if not self._staged:
                 if self._closed:
                     return
                 continue
             group, self._staged = self._staged, []
+            self._staged_bytes = 0
+            self._group_full.clear()
             try:
                 for write in group:
                     write.position = self.ledger.append(write.entry)
@@ -252,12 +350,28 @@ class Topic:
                 # at the top of this turn, and waiting again would hang the unload.
                 self._dirty.set()
 
+    async def _wait_for_group(self) -> None:
+        """Let more appends join this group commit: until journalMaxGroupWaitMSec has passed
+        or journalMaxGroupSizeBytes are staged, whichever comes first (BookKeeper's rules)."""
+        wait = self.config.journal_max_group_wait_seconds
+        if wait <= 0 or self._closed or self._group_full.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait):
+                await self._group_full.wait()
+
     def _complete(self, group: list[_PendingWrite]) -> None:
         """Every entry of ``group`` is durable: move the marks, answer, wake the readers."""
         dedup = self.dedup
+        window = self.idempotency
+        durable_at = time.monotonic()
+        latency = self.stats.publish_latency_ms
         for write in group:
             position = write.position
             assert position is not None
+            latency.observe((durable_at - write.staged_at) * 1000)
+            if window is not None:
+                window.on_persisted(write.ticket, position)
             if dedup is None:
                 pass
             elif write.chunk_id < 0:
@@ -272,6 +386,9 @@ class Topic:
             sub.schedule_dispatch()
         if dedup is not None and dedup.snapshot_due_by_entries():
             self._take_dedup_snapshot()
+        interval = self.config.broker_deduplication_entries_interval
+        if window is not None and window.snapshot_due(interval):
+            take_idempotency_snapshot(self.ledger, window)
 
     def _on_flush_failed(self, group: list[_PendingWrite], exc: BaseException) -> None:
         """A write or fsync failed (module docstring, step 3).
@@ -294,10 +411,14 @@ class Topic:
             self._complete(group[:written])
         failed = group[written:] + self._staged
         self._staged = []
+        self._staged_bytes = 0
+        self._group_full.clear()
         settled = written + len(failed)
         error = PersistenceError(f"Failed to persist entry: {exc}")
         for write in failed:
             self._failed_producers.add(write.producer)
+            if self.idempotency is not None:
+                self.idempotency.on_write_failed(write.ticket)
             if not write.future.done():
                 write.future.set_exception(error)
         if self.dedup is not None:
@@ -309,12 +430,33 @@ class Topic:
     async def add_producer(self, producer: Producer, requested_epoch: int | None) -> bool:
         """Admit a producer (PIP-68 rules); False = queued as a WaitForExclusive waiter."""
         self._refuse_if_closed()
+        if self._terminated:
+            raise TopicTerminated(f"Topic {self.name.full_name} was terminated")
         ready = await self.producers.add(producer, requested_epoch)
         if not ready:
             self.producers.producer_queued(producer)
         if self.dedup is not None:
             self.dedup.producer_connected(producer.name)
         return ready
+
+    @property
+    def terminated(self) -> bool:
+        return self._terminated
+
+    async def terminate(self) -> Position:
+        """Pulsar's topic termination: nothing is accepted any more, so the last message stays
+        the last; returns its position. Durable (a ledger property) before it returns. SENDs are
+        refused from the call on; what was accepted before settles first; then the producers are
+        told to go (they reconnect and get TopicTerminatedError)."""
+        if not self._terminated:
+            self._terminated = True
+            await self._writes.wait_for_accepted()
+            await run_to_completion(self.ledger.set_property, TERMINATED_PROPERTY, 1)
+            for producer in list(self.producers.producers):
+                producer.sink.close_producer(producer)
+            for sub in self.subscriptions.values():
+                sub.schedule_dispatch()  # those at the end learn it now (REACHED_END_OF_TOPIC)
+        return self.last_confirmed_position()
 
     async def remove_producer(self, producer: Producer) -> None:
         self._failed_producers.discard(producer)
@@ -508,12 +650,22 @@ class Topic:
         last = self.last_confirmed_position()
         mark = sub.cursor.mark_delete_position
         mark_id = MessageId(mark.ledger_id, mark.entry_id) if mark.ledger_id >= 0 else None
+        if sub.read_compacted:
+            compacted_last = await self.compacted_source().last_message_id(self.name.partition)
+            if compacted_last is not None:
+                return compacted_last, mark_id
         found = await self._last_readable_entry(last) if last.entry_id >= 0 else None
         if found is None:
             return MessageId(-1, -1), mark_id
         position, meta = found
         batch_index = meta.num_messages - 1 if meta.is_batch else -1
-        return MessageId(position.ledger_id, position.entry_id, batch_index=batch_index), mark_id
+        hidden = self.hidden_indexes(position)
+        while hidden and batch_index > 0 and hidden >> batch_index & 1:
+            batch_index -= 1  # issue #16: readers must not wait for a hidden last message
+        # With the partition index, as Pulsar answers: the official clients compare it with the
+        # ids of the messages they received, which carry it too.
+        partition = self.name.partition
+        return MessageId(position.ledger_id, position.entry_id, partition, batch_index), mark_id
 
     async def _last_readable_entry(self, last: Position) -> tuple[Position, EntryMetadata] | None:
         """The newest entry at or before ``last`` whose metadata parses.
@@ -571,6 +723,12 @@ class Topic:
         if durable and name == DEDUP_CURSOR:
             # The PIP-6 snapshot lives on that cursor: acks must never move it.
             raise NotAllowed(f"Subscription name {DEDUP_CURSOR} is reserved")
+        if name == IDEMPOTENCY_CURSOR:
+            # The idempotency window's snapshot lives on it (issue #16), as PIP-6's above.
+            raise NotAllowed(f"Subscription name {IDEMPOTENCY_CURSOR} is reserved")
+        if name == COMPACTION_CURSOR:
+            # It names the current compacted view: acks must never move it.
+            raise NotAllowed(f"Subscription name {COMPACTION_CURSOR} is reserved")
         if not durable:
             begin = start if start is not None else self.first_read_position()
             cursor = self.ledger.new_non_durable_cursor(begin)
@@ -592,6 +750,32 @@ class Topic:
     def closed(self) -> bool:
         """Closed or closing (unload, delete, shutdown): nothing new may attach to it."""
         return self._closed
+
+    @property
+    def cursor_io(self) -> asyncio.Lock:
+        """Held around cursor-file I/O (compaction persists the ``__compaction`` cursor)."""
+        return self._cursor_io
+
+    def compacted_source(self) -> CompactedEntrySource:
+        """Entries for readCompacted subscriptions (`broker.compacted_reads`)."""
+        return CompactedEntrySource(self)
+
+    async def set_read_compacted(self, sub: Subscription, read_compacted: bool) -> None:
+        """Make ``sub`` read the compacted view (or not) before its first consumer attaches."""
+        if read_compacted:
+            # Also when it already reads compacted: a fresh source reads the newest view
+            # (sources are pinned to one view, see broker.compacted_reads).
+            await self.compaction.ready()
+            if not sub.consumers:
+                sub.use_source(self.compacted_source(), read_compacted=True)
+        elif sub.read_compacted:
+            sub.use_source(self, read_compacted=False)
+
+    def on_compacted(self) -> None:
+        """A new compacted view is current: compacted readers may have more to read."""
+        for sub in self.subscriptions.values():
+            if sub.read_compacted:
+                sub.schedule_dispatch()
 
     def _refuse_if_closed(self) -> None:
         # A PRODUCER or SUBSCRIBE that was on its way here when the topic was unloaded: a
@@ -623,8 +807,10 @@ class Topic:
         while not self._closed:
             await asyncio.sleep(tick)
             try:
+                self._rates.sample(self.rate_counters())
                 self._maybe_snapshot_dedup_by_time()
                 self._maybe_purge_inactive_producers()
+                self.compaction.maybe_trigger(self.compaction_threshold_bytes)
                 async with self._cursor_io:
                     await run_to_completion(self._persist_cursors, time.monotonic())
                 await run_to_completion(self.ledger.trim)
@@ -646,11 +832,13 @@ class Topic:
             return
         self._closed = True
         self._dirty.set()
+        self._group_full.set()  # no point waiting for more: nothing new will be accepted
         with contextlib.suppress(Exception):
             await self._flusher
         self._housekeeper.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._housekeeper
+        await self.compaction.close()
         # Grants still persisting an epoch finish now; none starts after (it would write into
         # the folder a reloaded instance may already be recovering).
         await self.producers.close()
@@ -672,6 +860,9 @@ class Topic:
             # A clean unload leaves nothing to replay on the next load.
             with contextlib.suppress(Exception):
                 self._take_dedup_snapshot()
+        if self.idempotency is not None and self.idempotency.entries_since_snapshot > 0:
+            with contextlib.suppress(Exception):
+                take_idempotency_snapshot(self.ledger, self.idempotency)  # ledger.close persists
         async with self._cursor_io:
             await run_blocking(self.ledger.close)
 
@@ -680,6 +871,7 @@ class Topic:
         persisted; a flush already running in its thread completes, as it would on disk, but
         nobody is answered. Reopen the directory to recover."""
         self._closed = True
+        self.compaction.abandon()
         for task in (self._flusher, self._housekeeper):
             task.cancel()
         await asyncio.gather(self._flusher, self._housekeeper, return_exceptions=True)
@@ -687,17 +879,43 @@ class Topic:
         # Subscriptions are left as they are: closing them would persist their cursors.
         await run_blocking(self.ledger._abandon)
 
+    def rate_counters(self) -> tuple[int, int, int, int]:
+        """Messages in, bytes in, messages out, bytes out (out: over the subscriptions)."""
+        subs = self.subscriptions.values()
+        return (
+            self.stats.msg_in,
+            self.stats.bytes_in,
+            sum(s.stats.msg_out for s in subs),
+            sum(s.stats.bytes_out for s in subs),
+        )
+
+    def rates(self) -> tuple[float, float, float, float]:
+        """msgRateIn, msgThroughputIn, msgRateOut, msgThroughputOut (per second)."""
+        rate_in, throughput_in, rate_out, throughput_out = self._rates.rates(self.rate_counters())
+        return rate_in, throughput_in, rate_out, throughput_out
+
     def stats_snapshot(self) -> dict[str, Any]:
         last = self.last_confirmed_position()
+        counters = self.rate_counters()
+        rate_in, throughput_in, rate_out, throughput_out = self.rates()
         return {
+            "msgRateIn": rate_in,
+            "msgThroughputIn": throughput_in,
+            "msgRateOut": rate_out,
+            "msgThroughputOut": throughput_out,
             "msgInCounter": self.stats.msg_in,
             "bytesInCounter": self.stats.bytes_in,
+            "msgOutCounter": counters[2],
+            "bytesOutCounter": counters[3],
+            "storageSize": self.ledger.stats()["stored_bytes"],
             "publishers": sum(1 for p in self.producers.producers if p.ready),
             "producerAccess": self.producers.stats(),
             "lastConfirmedEntry": f"{last[0]}:{last[1]}",
             "unreadableEntries": self.stats.unreadable_entries,
             "subscriptions": {n: s.describe() for n, s in self.subscriptions.items()},
             "deduplication": self.dedup_stats(),
+            "compaction": self.compaction.stats_json(),
+            "idempotency": None if self.idempotency is None else self.idempotency.stats(),
         }
 
     def dedup_stats(self) -> dict[str, Any]:

@@ -6,6 +6,7 @@ Pulsar service through the sans-I/O ``protocol`` package. Names follow the offic
 ``from pulsar import ...``. See ``client.producer`` for the effectively-once guarantees.
 """
 
+from client.auth import AuthenticationBasic, AuthenticationTLS, AuthenticationToken
 from client.client import AsyncClient
 from client.consumer import AsyncConsumer, ConsumerType
 from client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterPolicy
@@ -62,7 +63,7 @@ from client.errors import (
 )
 from client.message import Message
 from client.message_id import MessageId
-from client.multi_topic import AsyncMultiTopicConsumer
+from client.multi_topic import AsyncMultiTopicConsumer, RegexSubscriptionMode
 from client.producer import AsyncProducer
 from client.reader import AsyncReader
 from client.sync import Client, Consumer, Producer, Reader
@@ -76,7 +77,10 @@ __all__ = [
     "AsyncMultiTopicConsumer",
     "AsyncProducer",
     "AsyncReader",
+    "AuthenticationBasic",
     "AuthenticationError",
+    "AuthenticationTLS",
+    "AuthenticationToken",
     "AuthorizationError",
     "BrokerMetadataError",
     "BrokerPersistenceError",
@@ -124,6 +128,7 @@ __all__ = [
     "PulsarException",
     "ReadError",
     "Reader",
+    "RegexSubscriptionMode",
     "Result",
     "ServiceUnitNotReady",
     "SubscriptionNotFound",

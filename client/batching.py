@@ -118,6 +118,11 @@ def _record_header(message: OutgoingMessage) -> bytes:
     Equal to ``message.to_single().to_pb().SerializeToString()`` (a test holds them equal),
     built directly because that path costs about 5 us per message, most of a batch's cost.
     """
+    return single_metadata(message).SerializeToString()
+
+
+def single_metadata(message: OutgoingMessage) -> pb.SingleMessageMetadata:
+    """The ``SingleMessageMetadata`` of ``message`` (its per-message fields)."""
     header = _SingleMessageMetadata(
         payload_size=len(message.payload), sequence_id=message.sequence_id
     )
@@ -132,7 +137,7 @@ def _record_header(message: OutgoingMessage) -> bytes:
         header.event_time = message.event_time
     if message.null_value:
         header.null_value = True
-    return header.SerializeToString()
+    return header
 
 
 @dataclass(frozen=True, slots=True)

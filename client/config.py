@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 
+from client.auth import Authentication
 from client.backoff import Backoff
 
 __all__ = ["CLIENT_VERSION", "ClientConfig"]
@@ -23,6 +25,11 @@ class ClientConfig:
             whole period is considered dead and closed.
         initial_backoff / max_backoff: reconnection and retry delays.
         listener_name: advertised listener sent with lookups (None: the default listener).
+        partitions_update_interval: how often producers and consumers of a partitioned topic
+            look for new partitions (the C++ client's default, 60 s); 0 never.
+        authentication: credentials for CONNECT and HTTP lookups (``client/auth.py``).
+        ssl_context: TLS for every connection and HTTP lookup (``client/tls.py``); None for
+            plain text.
     """
 
     operation_timeout: float = 30.0
@@ -31,6 +38,9 @@ class ClientConfig:
     initial_backoff: float = 0.1
     max_backoff: float = 60.0
     listener_name: str | None = None
+    partitions_update_interval: float = 60.0
+    authentication: Authentication | None = None
+    ssl_context: ssl.SSLContext | None = None
 
     def new_backoff(self) -> Backoff:
         return Backoff(self.initial_backoff, self.max_backoff)

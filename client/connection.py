@@ -150,6 +150,7 @@ class Connection(asyncio.Protocol):
             T.ACTIVE_CONSUMER_CHANGE: self._on_active_consumer_change,
             T.REACHED_END_OF_TOPIC: self._on_reached_end_of_topic,
             T.TOPIC_MIGRATED: self._on_topic_migrated,
+            T.AUTH_CHALLENGE: self._on_auth_challenge,
         }
         for response_type in _RESPONSE_TYPES:
             self._handlers[response_type] = self._on_response
@@ -167,8 +168,13 @@ class Connection(asyncio.Protocol):
         connection = cls(logical, physical, config)
         try:
             async with asyncio.timeout(config.connection_timeout):
+                tls = config.ssl_context
                 await connection._loop.create_connection(
-                    lambda: connection, physical.host, physical.port
+                    lambda: connection,
+                    physical.host,
+                    physical.port,
+                    ssl=tls,
+                    server_hostname=physical.host if tls is not None else None,
                 )
                 await connection._handshake
         except TimeoutError:
@@ -192,12 +198,30 @@ class Connection(asyncio.Protocol):
         # uvloop's transports implement asyncio.Transport without inheriting from it.
         self._transport = cast(asyncio.Transport, transport)
         proxied = self.logical != self.physical
+        auth = self._config.authentication
         self.write(
             commands.connect(
                 CLIENT_VERSION,
-                auth_method_name="none",
+                auth_method_name=auth.method_name if auth is not None else "none",
+                auth_data=auth.auth_data() if auth is not None else None,
                 proxy_to_broker_url=self.logical.host_port if proxied else None,
+                supports_auth_refresh=True,
                 supports_broker_entry_metadata=True,
+            )
+        )
+
+    def _on_auth_challenge(self, frame: Frame) -> None:
+        """The broker wants fresh credentials (an expired token): ask the authentication
+        (a token supplier is called again) and answer on the same connection."""
+        challenge = frame.command.authChallenge
+        auth = self._config.authentication
+        method = auth.method_name if auth is not None else challenge.challenge.auth_method_name
+        self.write(
+            commands.auth_response(
+                CLIENT_VERSION,
+                method,
+                auth.auth_data() if auth is not None else b"",
+                protocol_version=self.protocol_version or commands.PROTOCOL_VERSION,
             )
         )
 
@@ -377,7 +401,7 @@ class Connection(asyncio.Protocol):
             for frame in decoder:
                 if self._closing:
                     break
-                if not self._ready and frame.type not in (T.CONNECTED, T.ERROR):
+                if not self._ready and frame.type not in (T.CONNECTED, T.ERROR, T.AUTH_CHALLENGE):
                     raise RemoteProtocolError(f"{_type_name(frame.type)} before CONNECTED")
                 handler = self._handlers.get(frame.type)
                 if handler is None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import logging
 import threading
@@ -59,11 +60,12 @@ from client.errors import (
 )
 from client.message import Message, PayloadDecoder
 from client.message_id import MessageId
-from protocol import Frame, RemoteProtocolError, commands, decode_batch, decode_entry, pb
+from protocol import Frame, RemoteProtocolError, commands, decode_entry, pb, split_batch
 from protocol.commands import AckIdentity
 from protocol.enums import AckType, AckValidationError, InitialPosition, SubType
 from protocol.ids import MessageId as WireMessageId
 from protocol.ids import from_u64
+from protocol.topic_name import TopicName
 
 if TYPE_CHECKING:
     from client.connection import Connection
@@ -100,6 +102,8 @@ class ConsumerConfig:
     durable: bool = True
     start_message_id: MessageId | None = None
     start_message_id_inclusive: bool = False
+    #: The official ``is_read_compacted``: the compacted view, then the log after its horizon.
+    read_compacted: bool = False
 
     def __post_init__(self) -> None:
         if self.receiver_queue_size < 1:
@@ -129,6 +133,10 @@ class _State(enum.Enum):
 
 _I64_MAX = (1 << 63) - 1
 _SHARED_TYPES = frozenset({SubType.Shared, SubType.Key_Shared})
+# Acknowledgements are grouped as the C++ client does (ackGroupingTimeMs 100,
+# ackGroupingMaxSize 1000): one ACK command per 100 ms or per 1000 ids, whichever comes first.
+_ACK_GROUPING_TIME = 0.1
+_ACK_GROUPING_MAX_SIZE = 1000
 
 
 def _key(message_id: MessageId | WireMessageId) -> EntryKey:
@@ -154,6 +162,8 @@ class AsyncConsumer:
     ) -> None:
         self._host = host
         self._topic = topic
+        # The partition index (-1: not a partition) that the ids of received messages carry.
+        self._partition = TopicName.parse(topic, allow_non_persistent=True).partition
         self._consumer_id = consumer_id
         self._config = config
         self._loop = asyncio.get_running_loop()
@@ -169,25 +179,35 @@ class AsyncConsumer:
         # clear of the queue, which folds the owed permits in as if returned at the pop.
         self._handoff_lock = threading.Lock()
         self._owed_permits = 0
+        # Blocking receivers waiting in other threads for the queue to fill (``wait_queued``).
+        self._threads_waiting = 0
+        self._thread_wakeup = threading.Event()
         self._arrived = asyncio.Event()
         self._ready = asyncio.Event()  # subscribed on a live connection
         self._permits = 0  # consumed since the last FLOW
         self._flow_threshold = max(1, config.receiver_queue_size // 2)
+        # A blocking receiver returns its permits in groups of this size (``take_queued``).
+        self._owed_permits_flush = max(1, self._flow_threshold // 4)
         self._assembler = ChunkAssembler()
         self._chunks: dict[EntryKey, tuple[WireMessageId, ...]] = {}  # last chunk -> all
         self._batches = BatchAcks()
         self._acks: list[AckIdentity] = []
-        self._ack_flush_scheduled = False
+        self._ack_flush_timer: asyncio.TimerHandle | None = None
         self._unacked: dict[EntryKey, float] = {}  # received, not acked: when it times out
         self._nacked: dict[EntryKey, float] = {}  # when to ask for redelivery
         self._redelivery_timer: asyncio.TimerHandle | None = None
         # Readers: filter what precedes the start, and resume after the last message handed out.
         self._start: MessageId | None = config.start_message_id
         self._start_inclusive = config.start_message_id_inclusive
+        self._filters_start = self._start is not None and not config.durable
         self._last_dequeued: MessageId | None = None
         # Dead-letter policy (Shared/Key_Shared): messages on their last delivery, by entry.
         self._dead_letter = dead_letter
         self._last_deliveries: dict[EntryKey, list[Message]] = {}
+        # Whether handing a message out needs more than a permit (skipped on the hot path).
+        self._tracks_handouts = dead_letter is not None or (
+            config.unacked_messages_timeout_ms > 0 and config.durable
+        )
         self._dead_letter_tasks: set[asyncio.Task[None]] = set()
 
     # --- what the application sees ------------------------------------------------------
@@ -201,6 +221,14 @@ class AsyncConsumer:
     def is_connected(self) -> bool:
         return self._state is _State.READY
 
+    def is_receiving(self) -> bool:
+        """Open: subscribed, or subscribing again after a connection loss."""
+        return self._state is _State.READY or self._state is _State.CONNECTING
+
+    def owes_permits(self) -> bool:
+        """Whether a blocking receiver took messages whose permits are not returned yet."""
+        return self._owed_permits > 0
+
     async def receive(self, timeout_millis: int | None = None) -> Message:
         """The next message; wait at most ``timeout_millis`` (None: forever).
 
@@ -210,6 +238,8 @@ class AsyncConsumer:
         """
         if self._queue:  # fast path: no timeout scope, no wait
             return self._hand_out(self._queue.popleft())
+        if self._owed_permits:  # a blocking receiver's, not yet returned: before waiting
+            self._settle_owed_permits()
         try:
             async with asyncio.timeout(None if timeout_millis is None else timeout_millis / 1000):
                 while not self._queue:
@@ -257,26 +287,26 @@ class AsyncConsumer:
     def acknowledge(self, message: Message | MessageId) -> None:
         """Acknowledge one message (sent grouped, at the end of this loop turn)."""
         self._check_open()
-        message_id = _id_of(message)
-        first_chunk = message_id.first_chunk()
-        key = _key(message_id)
-        if first_chunk is not None:
-            for chunk in self._chunks.pop(key, (first_chunk, message_id.wire)):
-                self._queue_ack(_entry(_key(chunk)))
-            self._untrack(key)
-            return
-        batch_size = message_id.batch_size()
-        if message_id.batch_index() < 0 or batch_size <= 0:
-            self._queue_ack(_entry(key))
-            self._untrack(key)
-            return
-        unacked = self._batches.ack(key, message_id.batch_index(), batch_size)
-        self._forget_last_delivery(key, message_id.batch_index())
-        if not unacked:
-            self._queue_ack(_entry(key))
-            self._untrack(key)
-        elif self._config.batch_index_ack_enabled:
-            self._queue_ack((_entry(key), ack_set_words(unacked, batch_size)))
+        message_id = message.message_id() if message.__class__ is Message else _id_of(message)
+        ledger, entry_id, batch_index, batch_size = message_id.position()
+        key = (ledger, entry_id)
+        if batch_index >= 0 and batch_size > 0:  # one message of a batch (PIP-54)
+            unacked = self._batches.ack(key, batch_index, batch_size)
+            if self._last_deliveries:
+                self._forget_last_delivery(key, batch_index)
+            if unacked:
+                if self._config.batch_index_ack_enabled:
+                    self._queue_ack((_entry(key), ack_set_words(unacked, batch_size)))
+                return
+        else:
+            first_chunk = message_id.first_chunk()
+            if first_chunk is not None:
+                for chunk in self._chunks.pop(key, (first_chunk, message_id.wire)):
+                    self._queue_ack(_entry(_key(chunk)))
+                self._untrack(key)
+                return
+        self._queue_ack(_entry(key))
+        self._untrack(key)
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Acknowledge every message up to this one (not on Shared/Key_Shared).
@@ -338,11 +368,13 @@ class AsyncConsumer:
             if not self._config.durable:  # a reader filters from the new start
                 self._start = target
                 self._start_inclusive = self._config.start_message_id_inclusive
+                self._filters_start = True
 
             def build(rid: int) -> bytes:
                 return commands.seek(self._consumer_id, rid, message_id=wire)
         else:
             self._start = None  # a time seek turns the start filter off
+            self._filters_start = False
             publish_time = int(target)
 
             def build(rid: int) -> bytes:
@@ -415,7 +447,10 @@ class AsyncConsumer:
     # --- internals: handing out and acknowledging ---------------------------------------
 
     def _check_open(self) -> None:
-        if self._state in (_State.CLOSING, _State.CLOSED):
+        state = self._state
+        if state is _State.READY or state is _State.CONNECTING:
+            return
+        if state is _State.CLOSING or state is _State.CLOSED:
             raise AlreadyClosed(f"consumer on {self._topic} is closed")
         if self._state is _State.FAILED:
             raise NotConnected(f"consumer on {self._topic} was never created")
@@ -424,21 +459,46 @@ class AsyncConsumer:
         async with asyncio.timeout(self._host.config.operation_timeout):
             await self._ready.wait()
 
-    def take_queued(self) -> Message | None:
+    def take_queued(self) -> tuple[Message, bool] | None:
         """Thread-safe: the next queued message for a blocking receiver on another thread, or
-        None. The caller must then run ``settle_taken(message)`` on the loop, before any
-        acknowledgement of it (the blocking facade's FIFO inbox keeps that order)."""
+        None. With it comes whether the caller must then run ``settle_taken(message)`` on the
+        loop, before any acknowledgement of it (the blocking facade's FIFO inbox keeps that
+        order): always when handing out needs bookkeeping (ack timeout, dead letters), else
+        only every few messages, to return the permits owed so far in one go."""
         with self._handoff_lock:
             if not self._queue:
                 return None
             message = self._queue.popleft()
             self._owed_permits += 1
             self._last_dequeued = message.message_id()
-        return message
+            settle = self._tracks_handouts or self._owed_permits >= self._owed_permits_flush
+        return message, settle
 
-    def settle_taken(self, message: Message) -> None:
-        """On the loop: the bookkeeping of ``_hand_out`` for a message ``take_queued`` took."""
-        self._track_handed_out(message, message.message_id())
+    def wait_queued(self, timeout: float | None) -> None:
+        """Thread-safe: block the calling thread (not the loop) until a message is queued, the
+        consumer closes, or ``timeout`` seconds pass; the caller then looks again. Much cheaper
+        than a round trip through the loop for every message that is not queued yet."""
+        with self._handoff_lock:
+            # Register before looking at the queue: an enqueue either happened before the look
+            # (seen here) or after the registration (it sets the event).
+            self._threads_waiting += 1
+            self._thread_wakeup.clear()
+            empty = not self._queue and self.is_receiving()
+        try:
+            if empty:
+                self._thread_wakeup.wait(timeout)
+        finally:
+            with self._handoff_lock:
+                self._threads_waiting -= 1
+
+    def settle_taken(self, message: Message | None) -> None:
+        """On the loop: the bookkeeping of ``_hand_out`` for messages ``take_queued`` took
+        (``message``: the one to track, when tracking is on)."""
+        if message is not None and self._tracks_handouts:
+            self._track_handed_out(message, message.message_id())
+        self._settle_owed_permits()
+
+    def _settle_owed_permits(self) -> None:
         with self._handoff_lock:
             owed, self._owed_permits = self._owed_permits, 0
         if owed:
@@ -447,8 +507,11 @@ class AsyncConsumer:
     def _hand_out(self, message: Message) -> Message:
         message_id = message.message_id()
         self._last_dequeued = message_id
-        self._track_handed_out(message, message_id)
-        self._return_permits(1)
+        if self._tracks_handouts:
+            self._track_handed_out(message, message_id)
+        self._permits += 1
+        if self._permits >= self._flow_threshold:
+            self._return_permits(0)
         return message
 
     def _track_handed_out(self, message: Message, message_id: MessageId) -> None:
@@ -478,18 +541,25 @@ class AsyncConsumer:
                 del self._last_deliveries[key]
 
     def _untrack(self, key: EntryKey) -> None:
-        self._unacked.pop(key, None)
-        self._nacked.pop(key, None)
-        self._last_deliveries.pop(key, None)
+        if self._unacked:
+            self._unacked.pop(key, None)
+        if self._nacked:
+            self._nacked.pop(key, None)
+        if self._last_deliveries:
+            self._last_deliveries.pop(key, None)
 
     def _queue_ack(self, item: AckIdentity) -> None:
-        self._acks.append(item)
-        if not self._ack_flush_scheduled:
-            self._ack_flush_scheduled = True
-            self._loop.call_soon(self._flush_acks)
+        acks = self._acks
+        acks.append(item)
+        if len(acks) >= _ACK_GROUPING_MAX_SIZE:
+            self._flush_acks()
+        elif self._ack_flush_timer is None:
+            self._ack_flush_timer = self._loop.call_later(_ACK_GROUPING_TIME, self._flush_acks)
 
     def _flush_acks(self) -> None:
-        self._ack_flush_scheduled = False
+        timer, self._ack_flush_timer = self._ack_flush_timer, None
+        if timer is not None:
+            timer.cancel()
         if not self._acks:
             return
         cnx = self._cnx
@@ -598,20 +668,23 @@ class AsyncConsumer:
     def on_message(self, frame: Frame) -> None:
         command = frame.command.message
         received = command.message_id  # the entry's position only: one id object, not two
-        wire = WireMessageId(from_u64(received.ledgerId), from_u64(received.entryId))
+        ledger, entry_id = from_u64(received.ledgerId), from_u64(received.entryId)
         assert frame.entry is not None
         if not frame.checksum_valid:
-            self._discard(wire, AckValidationError.ChecksumMismatch, 1)
+            self._discard(WireMessageId(ledger, entry_id), AckValidationError.ChecksumMismatch, 1)
             return
         try:
             metadata, payload = decode_entry(frame.entry)
         except RemoteProtocolError:
-            self._discard(wire, AckValidationError.BatchDeSerializeError, 1)
+            self._discard(
+                WireMessageId(ledger, entry_id), AckValidationError.BatchDeSerializeError, 1
+            )
             return
         cnx = self._cnx
         bound = cnx.max_message_size if cnx is not None else compression.DEFAULT_MAX_MESSAGE_SIZE
-        message_id = MessageId.from_wire(wire)
-        if is_chunk(metadata):
+        message_id: MessageId | None = None
+        if metadata.num_chunks_from_msg and is_chunk(metadata):
+            wire = WireMessageId(ledger, entry_id)
             outcome = self._assembler.add(metadata, payload, wire, int(time.time() * 1000))
             self._chunk_outcome(outcome)
             if outcome.message is None:
@@ -619,63 +692,83 @@ class AsyncConsumer:
                 return
             metadata, payload = outcome.message.metadata, outcome.message.payload
             ids = outcome.message.chunk_ids
-            message_id = MessageId.from_wire(ids[-1], first_chunk=ids[0])
+            message_id = MessageId.from_wire(
+                dataclasses.replace(ids[-1], partition=self._partition), first_chunk=ids[0]
+            )
             self._chunks[_key(ids[-1])] = ids
             bound = compression.DEFAULT_MAX_UNCOMPRESSED_SIZE
         is_batch = metadata.HasField("num_messages_in_batch")
         count = metadata.num_messages_in_batch if is_batch else 1
-        try:
-            payload = compression.decode(
-                metadata.compression,
-                payload,
-                metadata.uncompressed_size,
-                max_uncompressed_size=bound,
-            )
-        except compression.CompressionError as exc:
-            logger.warning("%s: discarding %s: %s", self, wire, exc)
-            self._discard(wire, exc.validation_error, count)
-            return
-        redelivery = command.redelivery_count
+        if metadata.compression:
+            try:
+                payload = compression.decode(
+                    metadata.compression,
+                    payload,
+                    metadata.uncompressed_size,
+                    max_uncompressed_size=bound,
+                )
+            except compression.CompressionError as exc:
+                logger.warning("%s: discarding %s:%s: %s", self, ledger, entry_id, exc)
+                self._discard(WireMessageId(ledger, entry_id), exc.validation_error, count)
+                return
         if not is_batch:
-            if self._before_start(message_id):
+            if message_id is None:
+                message_id = MessageId.of_entry(ledger, entry_id, -1, 0, self._partition)
+            if self._filters_start and self._before_start(message_id):
                 self._return_permits(1)
                 return
-            self._enqueue(
-                Message.from_entry(
-                    self._topic,
-                    message_id,
-                    metadata,
+            self._queue.append(
+                Message(
                     payload,
-                    redelivery_count=redelivery,
+                    message_id,
+                    self._topic,
+                    metadata,
+                    redelivery_count=command.redelivery_count,
                     schema=self._config.schema,
                 )
             )
+            self._wake()
             return
+        self._on_batch(command, ledger, entry_id, metadata, payload, count)
+
+    def _on_batch(
+        self,
+        command: pb.CommandMessage,
+        ledger: int,
+        entry_id: int,
+        metadata: pb.MessageMetadata,
+        payload: bytes,
+        count: int,
+    ) -> None:
+        """Queue the messages of a batch entry the broker still has to deliver to us."""
         try:
-            singles = decode_batch(payload, count)
+            records = split_batch(payload, count)
         except (RemoteProtocolError, ValueError) as exc:
-            logger.warning("%s: discarding batch %s: %s", self, wire, exc)
-            self._discard(wire, AckValidationError.BatchDeSerializeError, count)
+            logger.warning("%s: discarding batch %s:%s: %s", self, ledger, entry_id, exc)
+            self._discard(
+                WireMessageId(ledger, entry_id), AckValidationError.BatchDeSerializeError, count
+            )
             return
-        to_deliver = unacked_indexes(command.ack_set, count)
+        # An ack set names the indexes still unacknowledged (a redelivery after partial acks).
+        to_deliver = unacked_indexes(command.ack_set, count) if command.ack_set else None
         if self._config.durable:
-            self._batches.delivered(_key(wire), count, to_deliver)
+            self._batches.delivered(
+                (ledger, entry_id), count, set(range(count)) if to_deliver is None else to_deliver
+            )
+        topic, schema, redelivery = self._topic, self._config.schema, command.redelivery_count
+        filters_start, partition = self._filters_start, self._partition
+        of_entry, from_batch, append = MessageId.of_entry, Message.from_batch, self._queue.append
         skipped = 0
-        for index, single in enumerate(singles):
-            batch_id = MessageId(-1, wire.ledger_id, wire.entry_id, index, batch_size=count)
-            if index not in to_deliver or self._before_start(batch_id):
+        for index, (single, data) in enumerate(records):
+            batch_id = of_entry(ledger, entry_id, index, count, partition)
+            if (to_deliver is not None and index not in to_deliver) or (
+                filters_start and self._before_start(batch_id)
+            ):
                 skipped += 1
                 continue
-            self._enqueue(
-                Message.from_batch(
-                    self._topic,
-                    batch_id,
-                    metadata,
-                    single,
-                    redelivery_count=redelivery,
-                    schema=self._config.schema,
-                )
-            )
+            append(from_batch(topic, batch_id, metadata, single, data, redelivery, schema))
+        if skipped < count:
+            self._wake()
         if skipped:
             self._return_permits(skipped)
 
@@ -695,7 +788,14 @@ class AsyncConsumer:
 
     def _enqueue(self, message: Message) -> None:
         self._queue.append(message)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Something was queued (or the consumer closes): wake receivers on the loop and in
+        other threads."""
         self._arrived.set()
+        if self._threads_waiting:
+            self._thread_wakeup.set()
 
     def _discard(self, wire: WireMessageId, error: AckValidationError | int, permits: int) -> None:
         cnx = self._cnx
@@ -718,6 +818,12 @@ class AsyncConsumer:
 
     def on_reached_end_of_topic(self) -> None:
         logger.info("%s: reached the end of the topic", self)
+        self._reached_end_of_topic = True
+
+    def has_reached_end_of_topic(self) -> bool:
+        """The topic was terminated and every message was delivered (REACHED_END_OF_TOPIC), as
+        the Java client's ``hasReachedEndOfTopic``."""
+        return getattr(self, "_reached_end_of_topic", False)
 
     def on_closed_by_broker(self, connection: Connection) -> None:
         logger.info("%s: closed by the broker; resubscribing", self)
@@ -798,6 +904,7 @@ class AsyncConsumer:
             metadata=config.properties,
             schema=schema,
             initial_position=config.initial_position,
+            read_compacted=config.read_compacted or None,
         )
 
     async def _subscribe_on(self, cnx: Connection) -> None:
@@ -831,7 +938,7 @@ class AsyncConsumer:
     async def _close(self) -> None:
         was = self._state
         self._state = _State.CLOSING
-        self._arrived.set()  # wake receivers: they see AlreadyClosed
+        self._wake()  # wake receivers: they see AlreadyClosed
         if self._redelivery_timer is not None:
             self._redelivery_timer.cancel()
             self._redelivery_timer = None

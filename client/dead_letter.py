@@ -30,6 +30,7 @@ from protocol.enums import InitialPosition, SubType
 
 if TYPE_CHECKING:
     from client.client import AsyncClient
+    from client.partitioned_producer import AsyncPartitionedProducer
     from client.producer import AsyncProducer
 
 __all__ = ["ConsumerDeadLetterPolicy", "DeadLetterPolicy", "DeadLetterSender"]
@@ -85,7 +86,7 @@ class DeadLetterSender:
         self.topic = policy.topic_for(topic, subscription)
         self._client = client
         self._source_topic = topic
-        self._producer: AsyncProducer | None = None
+        self._producer: AsyncProducer | AsyncPartitionedProducer | None = None
         self._creating = asyncio.Lock()
 
     @staticmethod
@@ -115,7 +116,7 @@ class DeadLetterSender:
             )
         await asyncio.gather(*futures)
 
-    async def _get_producer(self) -> AsyncProducer:
+    async def _get_producer(self) -> AsyncProducer | AsyncPartitionedProducer:
         async with self._creating:
             if self._producer is None:
                 subscription = self.policy.initial_subscription_name

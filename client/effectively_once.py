@@ -35,12 +35,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from client.errors import InvalidConfiguration
 from client.message import Message
 from client.message_id import MessageId
+from client.reader import AsyncReader
 
 if TYPE_CHECKING:
     from client.client import AsyncClient
-    from client.reader import AsyncReader
     from client.sync import Client, Reader
 
 __all__ = ["Apply", "AsyncEffectivelyOnceReader", "EffectivelyOnceReader", "PositionStore"]
@@ -153,12 +154,19 @@ class AsyncEffectivelyOnceReader:
     async def start(self) -> None:
         """Create the reader at the stored position (exclusive) or the topic's start."""
         start, inclusive = _start_of(self.store)
-        self._reader = await self._client.create_reader(
+        reader = await self._client.create_reader(
             self.store.topic,
             start,
             reader_name=self._reader_name,
             start_message_id_inclusive=inclusive,
         )
+        if not isinstance(reader, AsyncReader):  # one stored position cannot cover partitions
+            await reader.close()
+            raise InvalidConfiguration(
+                f"{self.store.topic} is partitioned: give each partition "
+                "(<topic>-partition-<i>) its own effectively-once reader"
+            )
+        self._reader = reader
 
     async def process_next(self, timeout_millis: int | None = None) -> bool:
         """Read one message and apply it; False when it had already been applied.

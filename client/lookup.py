@@ -1,5 +1,9 @@
 """Where a topic lives: LOOKUP (with redirects) and PARTITIONED_METADATA, retried with backoff.
 
+Two transports with one interface (``Lookup``): ``LookupService`` speaks the binary protocol
+to a ``pulsar://`` service URL; ``client.http_lookup.HttpLookupService`` asks the HTTP service
+of an ``http://`` one. ``new_lookup`` picks by the URL.
+
 ``lookup(topic)`` asks the service URL's broker, follows ``Redirect`` answers (carrying the
 ``authoritative`` flag, at most 20 hops) and returns the owner's address. With
 ``proxy_through_service_url`` the client keeps connecting to the service URL (the physical
@@ -17,15 +21,16 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from client.config import ClientConfig
 from client.connection_pool import ConnectionPool
 from client.errors import Disconnected, LookupError, PulsarException, Timeout
 from client.service_url import Address, ServiceUrl, parse_address
 from protocol import commands, pb
+from protocol.enums import TopicListMode
 
-__all__ = ["MAX_REDIRECTS", "LookupResult", "LookupService"]
+__all__ = ["MAX_REDIRECTS", "Lookup", "LookupResult", "LookupService", "new_lookup", "retrying"]
 
 R = TypeVar("R")
 MAX_REDIRECTS = 20
@@ -38,6 +43,29 @@ class LookupResult:
 
     logical: Address
     physical: Address
+
+
+class Lookup(Protocol):
+    """What the client asks of a lookup transport."""
+
+    async def lookup(self, topic: str) -> LookupResult: ...
+
+    async def partitioned_metadata(self, topic: str) -> int: ...
+
+    async def topics_of_namespace(
+        self, namespace: str, mode: TopicListMode = TopicListMode.PERSISTENT
+    ) -> list[str]: ...
+
+    async def close(self) -> None: ...
+
+
+def new_lookup(pool: ConnectionPool, service_url: ServiceUrl, config: ClientConfig) -> Lookup:
+    """The transport the service URL asks for."""
+    if service_url.http:
+        from client.http_lookup import HttpLookupService  # aiohttp: loaded only when used
+
+        return HttpLookupService(service_url, config)
+    return LookupService(pool, service_url, config)
 
 
 class LookupService:
@@ -73,6 +101,20 @@ class LookupService:
 
         return await self._retrying(ask, f"partitioned metadata of {topic}")
 
+    async def topics_of_namespace(
+        self, namespace: str, mode: TopicListMode = TopicListMode.PERSISTENT
+    ) -> list[str]:
+        """The topics of ``tenant/namespace`` of the kinds ``mode`` asks for
+        (GET_TOPICS_OF_NAMESPACE; ``RegexSubscriptionMode`` picks it)."""
+        connection = await self._pool.get(self.service_address)
+        answer = await connection.request(
+            lambda rid: commands.get_topics_of_namespace(namespace, rid, mode=mode)
+        )
+        return list(answer.getTopicsOfNamespaceResponse.topics)
+
+    async def close(self) -> None:
+        """Nothing of its own: its connections belong to the client's pool."""
+
     async def _lookup_once(self, topic: str) -> LookupResult:
         address = self.service_address
         authoritative = False
@@ -87,7 +129,8 @@ class LookupService:
                 )
             )
             response = answer.lookupTopicResponse
-            broker = parse_address(response.brokerServiceUrl)
+            tls_url = response.brokerServiceUrlTls if self._config.ssl_context else ""
+            broker = parse_address(tls_url or response.brokerServiceUrl)
             physical = self.service_address if response.proxy_through_service_url else broker
             if response.response == _Lookup.Redirect:
                 address, authoritative = physical, response.authoritative
@@ -96,21 +139,36 @@ class LookupService:
         raise LookupError(f"more than {MAX_REDIRECTS} redirects looking up {topic}")
 
     async def _retrying(self, attempt: Callable[[], Awaitable[R]], what: str) -> R:
-        loop = asyncio.get_running_loop()
-        timeout = self._config.operation_timeout
-        backoff = self._config.new_backoff()
-        last: PulsarException | None = None
-        try:
-            async with asyncio.timeout_at(loop.time() + timeout):
-                while True:
-                    try:
-                        return await attempt()
-                    except PulsarException as exc:
-                        if not exc.retriable:
-                            raise
-                        last = exc
-                        if isinstance(exc, Disconnected):
-                            self._current = (self._current + 1) % len(self._addresses)
-                    await asyncio.sleep(backoff.next())
-        except TimeoutError:
-            raise Timeout(f"{what} did not succeed within {timeout:g} s: {last}") from last
+        return await retrying(self._config, attempt, what, self._next_host)
+
+    def _next_host(self) -> None:
+        self._current = (self._current + 1) % len(self._addresses)
+
+
+async def retrying(
+    config: ClientConfig,
+    attempt: Callable[[], Awaitable[R]],
+    what: str,
+    on_disconnect: Callable[[], None],
+) -> R:
+    """Run ``attempt`` until it succeeds, retrying retriable failures with backoff until the
+    operation timeout (then ``Timeout``); ``on_disconnect`` moves to the next host when one
+    could not be reached."""
+    loop = asyncio.get_running_loop()
+    timeout = config.operation_timeout
+    backoff = config.new_backoff()
+    last: PulsarException | None = None
+    try:
+        async with asyncio.timeout_at(loop.time() + timeout):
+            while True:
+                try:
+                    return await attempt()
+                except PulsarException as exc:
+                    if not exc.retriable:
+                        raise
+                    last = exc
+                    if isinstance(exc, Disconnected):
+                        on_disconnect()
+                await asyncio.sleep(backoff.next())
+    except TimeoutError:
+        raise Timeout(f"{what} did not succeed within {timeout:g} s: {last}") from last

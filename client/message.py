@@ -6,16 +6,15 @@ partition or ordering key reads as ``""``, an absent event time as ``0``, proper
 ``sequence_id()`` and ``producer_name()`` (the PIP-6 identity of the message).
 
 A message is built from the entry's ``MessageMetadata`` and, for a message inside a batch,
-its ``SingleMessage`` record, whose per-message fields win over the entry's.
+its ``SingleMessageMetadata`` record, whose per-message fields win over the entry's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Protocol
 
 from client.message_id import MessageId
-from protocol import SingleMessage, pb
+from protocol import pb
 
 __all__ = ["Message", "PayloadDecoder"]
 
@@ -27,56 +26,48 @@ class PayloadDecoder(Protocol):
 
 
 class Message:
-    """One received message."""
+    """One received message.
+
+    Built on the consumer's hot path, so it keeps the parsed ``MessageMetadata`` (shared by
+    every message of an entry) and, inside a batch, the parsed ``SingleMessageMetadata``, and
+    reads a field only when the application asks for it.
+    """
 
     __slots__ = (
         "_data",
-        "_event_timestamp",
         "_message_id",
-        "_null_value",
-        "_ordering_key",
-        "_partition_key",
-        "_producer_name",
-        "_properties",
-        "_publish_timestamp",
+        "_metadata",
         "_redelivery_count",
         "_schema",
-        "_schema_version",
-        "_sequence_id",
+        "_single",
         "_topic",
     )
+
+    _data: bytes
+    _metadata: pb.MessageMetadata
+    _message_id: MessageId
+    _redelivery_count: int
+    _schema: PayloadDecoder | None
+    _single: pb.SingleMessageMetadata | None
+    _topic: str
 
     def __init__(
         self,
         data: bytes,
         message_id: MessageId,
         topic: str,
+        metadata: pb.MessageMetadata,
+        single: pb.SingleMessageMetadata | None = None,
         *,
-        properties: Mapping[str, str] | None = None,
-        partition_key: str = "",
-        ordering_key: str = "",
-        event_timestamp: int = 0,
-        publish_timestamp: int = 0,
-        producer_name: str = "",
-        sequence_id: int = -1,
         redelivery_count: int = 0,
-        null_value: bool = False,
-        schema_version: bytes = b"",
         schema: PayloadDecoder | None = None,
     ) -> None:
         self._data = data
         self._message_id = message_id
         self._topic = topic
-        self._properties = dict(properties) if properties else {}
-        self._partition_key = partition_key
-        self._ordering_key = ordering_key
-        self._event_timestamp = event_timestamp
-        self._publish_timestamp = publish_timestamp
-        self._producer_name = producer_name
-        self._sequence_id = sequence_id
+        self._metadata = metadata
+        self._single = single
         self._redelivery_count = redelivery_count
-        self._null_value = null_value
-        self._schema_version = schema_version
         self._schema = schema
 
     @classmethod
@@ -92,22 +83,7 @@ class Message:
     ) -> Message:
         """A message that is a whole (non-batch) entry."""
         return cls(
-            payload,
-            message_id,
-            topic,
-            properties={kv.key: kv.value for kv in metadata.properties}
-            if metadata.properties
-            else None,
-            partition_key=metadata.partition_key,
-            ordering_key=_text(metadata.ordering_key),
-            event_timestamp=metadata.event_time,
-            publish_timestamp=metadata.publish_time,
-            producer_name=metadata.producer_name,
-            sequence_id=metadata.sequence_id,
-            redelivery_count=redelivery_count,
-            null_value=metadata.null_value,
-            schema_version=metadata.schema_version,
-            schema=schema,
+            payload, message_id, topic, metadata, redelivery_count=redelivery_count, schema=schema
         )
 
     @classmethod
@@ -116,37 +92,21 @@ class Message:
         topic: str,
         message_id: MessageId,
         metadata: pb.MessageMetadata,
-        single: SingleMessage,
-        *,
+        single: pb.SingleMessageMetadata,
+        payload: bytes,
         redelivery_count: int = 0,
         schema: PayloadDecoder | None = None,
     ) -> Message:
-        """Message ``message_id.batch_index()`` of a batch entry (``single`` is its record).
-
-        Its sequence id is the record's own when the producer wrote one, else the entry's
-        first sequence id plus the index (what the official clients assume).
-        """
-        sequence_id = (
-            single.sequence_id
-            if single.sequence_id is not None
-            else metadata.sequence_id + max(message_id.batch_index(), 0)
-        )
-        return cls(
-            single.payload,
-            message_id,
-            topic,
-            properties=single.properties,
-            partition_key=single.partition_key or "",
-            ordering_key=_text(single.ordering_key or b""),
-            event_timestamp=single.event_time,
-            publish_timestamp=metadata.publish_time,
-            producer_name=metadata.producer_name,
-            sequence_id=sequence_id,
-            redelivery_count=redelivery_count,
-            null_value=single.null_value,
-            schema_version=metadata.schema_version,
-            schema=schema,
-        )
+        """Message ``message_id.batch_index()`` of a batch entry (``single`` is its header)."""
+        message = _new_message(cls)
+        message._data = payload
+        message._message_id = message_id
+        message._topic = topic
+        message._metadata = metadata
+        message._single = single
+        message._redelivery_count = redelivery_count
+        message._schema = schema
+        return message
 
     def data(self) -> bytes:
         """The payload bytes."""
@@ -159,21 +119,25 @@ class Message:
         return self._schema.decode(self._data)
 
     def properties(self) -> dict[str, str]:
-        return dict(self._properties)
+        fields = self._single if self._single is not None else self._metadata
+        return {kv.key: kv.value for kv in fields.properties}
 
     def partition_key(self) -> str:
-        return self._partition_key
+        fields = self._single if self._single is not None else self._metadata
+        return fields.partition_key
 
     def ordering_key(self) -> str:
-        return self._ordering_key
+        fields = self._single if self._single is not None else self._metadata
+        return _text(fields.ordering_key)
 
     def event_timestamp(self) -> int:
         """Application event time in ms since the epoch, 0 when not set."""
-        return self._event_timestamp
+        fields = self._single if self._single is not None else self._metadata
+        return fields.event_time
 
     def publish_timestamp(self) -> int:
         """Time the producer published the message, ms since the epoch."""
-        return self._publish_timestamp
+        return self._metadata.publish_time
 
     def message_id(self) -> MessageId:
         return self._message_id
@@ -185,21 +149,34 @@ class Message:
         return self._topic
 
     def producer_name(self) -> str:
-        return self._producer_name
+        return self._metadata.producer_name
 
     def sequence_id(self) -> int:
-        """The producer's sequence id for this message (its PIP-6 dedup key)."""
-        return self._sequence_id
+        """The producer's sequence id for this message (its PIP-6 dedup key).
+
+        Inside a batch: the record's own when the producer wrote one, else the entry's first
+        sequence id plus the index (what the official clients assume).
+        """
+        single = self._single
+        if single is None:
+            return self._metadata.sequence_id
+        if single.HasField("sequence_id"):
+            return single.sequence_id
+        return self._metadata.sequence_id + max(self._message_id.batch_index(), 0)
 
     def has_null_value(self) -> bool:
         """A tombstone: sent with ``None`` as content."""
-        return self._null_value
+        fields = self._single if self._single is not None else self._metadata
+        return fields.null_value
 
     def schema_version(self) -> bytes:
-        return self._schema_version
+        return self._metadata.schema_version
 
     def __repr__(self) -> str:
         return f"Message(id={self._message_id}, topic={self._topic!r}, {len(self._data)} bytes)"
+
+
+_new_message = object.__new__
 
 
 def _text(key: bytes) -> str:

@@ -92,6 +92,26 @@ class MessageId:
             first_chunk=first_chunk,
         )
 
+    @classmethod
+    def of_entry(
+        cls, ledger_id: int, entry_id: int, batch_index: int, batch_size: int, partition: int
+    ) -> MessageId:
+        """An id decoded from a MESSAGE frame (already signed 64-bit): the consumer's hot path,
+        one per received message, so it skips ``__init__``'s checks and keyword handling."""
+        message_id = _new_id(cls)
+        message_id._ledger = ledger_id
+        message_id._entry = entry_id
+        message_id._partition = partition
+        message_id._batch_index = batch_index
+        message_id._batch_size = batch_size
+        message_id._first_chunk = None
+        message_id._topic = None
+        return message_id
+
+    def position(self) -> tuple[int, int, int, int]:
+        """``(ledger_id, entry_id, batch_index, batch_size)`` in one call (acks need all four)."""
+        return (self._ledger, self._entry, self._batch_index, self._batch_size)
+
     def ledger_id(self) -> int:
         return self._ledger
 
@@ -189,6 +209,8 @@ class MessageId:
     def __repr__(self) -> str:
         return f"MessageId{self}"
 
+
+_new_id = object.__new__
 
 MessageId.earliest = MessageId.from_wire(WireMessageId.earliest)
 MessageId.latest = MessageId.from_wire(WireMessageId.latest)

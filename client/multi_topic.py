@@ -14,7 +14,7 @@ GET_TOPICS_OF_NAMESPACE (persistent topics), then re-checked every
 ``pattern_auto_discovery_period`` seconds: new matching topics are subscribed, deleted ones
 dropped.
 
-``seek`` is not supported on several topics (the official client limits it too).
+``seek`` by publish time, earliest or latest moves every topic; by a message's id, its topic.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import logging
 import re
 from collections import deque
 from collections.abc import Awaitable, Callable
+from enum import IntEnum
 
 from client.consumer import AsyncConsumer
 from client.errors import (
@@ -41,6 +42,16 @@ __all__ = ["AsyncMultiTopicConsumer", "pattern_namespace"]
 
 logger = logging.getLogger(__name__)
 
+
+class RegexSubscriptionMode(IntEnum):
+    """Which topics a pattern subscription lists (the official ``RegexSubscriptionMode``;
+    the values are ``CommandGetTopicsOfNamespace.Mode``'s)."""
+
+    PersistentOnly = 0
+    NonPersistentOnly = 1
+    AllTopics = 2
+
+
 Subscribe = Callable[[str], Awaitable[AsyncConsumer]]
 ListTopics = Callable[[str], Awaitable[list[str]]]
 
@@ -51,7 +62,7 @@ def pattern_namespace(pattern: re.Pattern[str]) -> str:
     Raises:
         InvalidTopicName: the pattern does not start with a literal tenant and namespace.
     """
-    text = pattern.pattern.removeprefix("persistent://")
+    text = pattern.pattern.removeprefix("persistent://").removeprefix("non-persistent://")
     parts = text.split("/")
     if len(parts) < 3 or any(re.escape(part) != part for part in parts[:2]):
         raise InvalidTopicName(
@@ -73,7 +84,9 @@ class AsyncMultiTopicConsumer:
         topics: list[str] | None = None,
         pattern: re.Pattern[str] | None = None,
         list_topics: ListTopics | None = None,
+        expand: ListTopics | None = None,
         discovery_period: float = 60,
+        name: str | None = None,
     ) -> None:
         if (topics is None) == (pattern is None):
             raise InvalidConfiguration("give either topics or a pattern")
@@ -82,7 +95,9 @@ class AsyncMultiTopicConsumer:
         self._topics = list(dict.fromkeys(topics or []))
         self._pattern = pattern
         self._list_topics = list_topics
+        self._expand = expand
         self._discovery_period = discovery_period
+        self._name = name
         self._capacity = max(1, receiver_queue_size)
         self._children: dict[str, AsyncConsumer] = {}
         self._pumps: dict[str, asyncio.Task[None]] = {}
@@ -103,18 +118,22 @@ class AsyncMultiTopicConsumer:
         except BaseException:
             await self.close()
             raise
-        if self._pattern is not None:
+        if self._discovery_period > 0 and (self._pattern is not None or self._expand is not None):
             self._discovery = asyncio.get_running_loop().create_task(self._discover_forever())
 
     async def _wanted_topics(self) -> list[str]:
         if self._pattern is None:
-            return self._topics
+            if self._expand is None:
+                return self._topics
+            expand = self._expand
+            return [name for topic in self._topics for name in await expand(topic)]
         assert self._list_topics is not None
         pattern = self._pattern
         listed = await self._list_topics(pattern_namespace(pattern))
-        if not pattern.pattern.startswith("persistent://"):
-            return sorted(t for t in listed if pattern.fullmatch(_short(t)))
-        return sorted(t for t in listed if pattern.fullmatch(_without_partition(t)))
+        # As Java's TopicList.filterTopics: the domain is left out on both sides, so one
+        # pattern matches persistent and non-persistent topics (the mode chose which are listed).
+        short = _short_pattern(pattern)
+        return sorted(t for t in listed if short.fullmatch(_short(t)))
 
     async def _add(self, topic: str) -> None:
         child = await self._subscribe(topic)
@@ -138,10 +157,13 @@ class AsyncMultiTopicConsumer:
                 logger.warning("%r: topic discovery failed, retrying later: %r", self, exc)
 
     async def check_for_new_topics(self) -> None:
-        """Subscribe to topics matching the pattern since the last check; drop deleted ones."""
+        """Subscribe to topics matching the pattern since the last check and drop deleted ones;
+        for a list of topics, subscribe to partitions added since (partitions never go)."""
         wanted = set(await self._wanted_topics())
         for topic in sorted(wanted - set(self._children)):
             await self._add(topic)
+        if self._pattern is None:
+            return
         for topic in sorted(set(self._children) - wanted):
             await self._remove(topic)
 
@@ -163,6 +185,9 @@ class AsyncMultiTopicConsumer:
     # --- what the application sees ------------------------------------------------------
 
     def topic(self) -> str:
+        """The partitioned topic's name, the pattern, or the topics joined by commas."""
+        if self._name is not None:
+            return self._name
         return self._pattern.pattern if self._pattern is not None else ",".join(self._topics)
 
     def topics(self) -> list[str]:
@@ -171,6 +196,15 @@ class AsyncMultiTopicConsumer:
 
     def subscription_name(self) -> str:
         return self._subscription
+
+    @property
+    def queued(self) -> int:
+        """Messages merged here and not yet received by the application."""
+        return len(self._queue)
+
+    def consumers(self) -> list[AsyncConsumer]:
+        """The consumer of each topic (partition) read now."""
+        return list(self._children.values())
 
     def is_connected(self) -> bool:
         return all(child.is_connected() for child in self._children.values())
@@ -239,7 +273,45 @@ class AsyncMultiTopicConsumer:
             child.redeliver_unacknowledged_messages()
 
     async def seek(self, target: MessageId | int) -> None:
-        raise InvalidConfiguration("seek is not supported on a multi-topic consumer")
+        """Move the subscription, as the official multi-topic consumers do: a publish time
+        (ms), ``MessageId.earliest`` or ``MessageId.latest`` moves it on every topic; the id of
+        a message of one topic (from its message, or ``MessageId.deserialize(data, topic)``)
+        moves it on that topic only. Messages queued from the topics that moved are dropped.
+
+        Raises:
+            InvalidConfiguration: an id that names no topic and is neither earliest nor latest,
+                or the id of a topic this consumer does not read.
+        """
+        self._check_open()
+        children = list(self._children.values())
+        if isinstance(target, MessageId) and target not in (MessageId.earliest, MessageId.latest):
+            child = self._children.get(target.topic_name() or "")
+            if child is None:
+                raise InvalidConfiguration(
+                    f"seek to {target!r} on several topics: the id must come from one of their "
+                    "messages (or MessageId.deserialize(data, topic)), or be earliest or latest"
+                )
+            children = [child]
+        await asyncio.gather(*(self._seek_child(child, target) for child in children))
+
+    async def _seek_child(self, child: AsyncConsumer, target: MessageId | int) -> None:
+        # The pump stops first, so no message from before the seek reaches the shared queue
+        # afterwards; what it already moved there is dropped; it restarts once the topic's
+        # consumer has resubscribed at the new position.
+        name = child.topic()
+        pump = self._pumps.pop(name, None)
+        if pump is not None:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+        self._queue = deque(m for m in self._queue if m.topic_name() != name)
+        if len(self._queue) < self._capacity:
+            self._space.set()
+        try:
+            await child.seek(target)
+        finally:
+            if not self._closed and self._children.get(name) is child:
+                self._pumps[name] = asyncio.get_running_loop().create_task(self._pump(child))
 
     async def unsubscribe(self) -> None:
         """Delete the subscription on every topic, then close."""
@@ -293,8 +365,16 @@ class AsyncMultiTopicConsumer:
 
 
 def _short(topic: str) -> str:
-    """``tenant/ns/name``: what a pattern without ``persistent://`` is matched against."""
-    return _without_partition(topic).removeprefix("persistent://")
+    """``tenant/ns/name``: the topic without its domain (and partition suffix)."""
+    return _without_partition(topic).partition("://")[2] or _without_partition(topic)
+
+
+def _short_pattern(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """The pattern without its ``persistent://`` / ``non-persistent://`` prefix."""
+    for domain in ("persistent://", "non-persistent://"):
+        if pattern.pattern.startswith(domain):
+            return re.compile(pattern.pattern.removeprefix(domain), pattern.flags)
+    return pattern
 
 
 def _without_partition(topic: str) -> str:

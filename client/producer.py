@@ -72,6 +72,7 @@ from protocol import commands, pb
 from protocol.enums import CompressionType, ProducerAccessMode
 from protocol.errors import ServerError
 from protocol.ids import from_u64
+from protocol.topic_name import TopicName
 
 if TYPE_CHECKING:
     from client.connection import Connection
@@ -79,6 +80,10 @@ if TYPE_CHECKING:
 __all__ = ["AsyncProducer", "ProducerConfig", "ProducerHost", "prepare_message"]
 
 logger = logging.getLogger(__name__)
+
+
+IDEMPOTENCY_KEY_PROPERTY = "magnetar.idempotency-key"
+"""The property ``send(..., idempotency_key=...)`` sets (issue #16; ``broker.idempotency``)."""
 
 
 class PayloadEncoder(Protocol):
@@ -148,10 +153,13 @@ def prepare_message(
     event_timestamp: int | None = None,
     deliver_at: int | None = None,
     deliver_after: timedelta | None = None,
+    idempotency_key: str | None = None,
 ) -> OutgoingMessage:
     """Validate a send's arguments into a message (its sequence id is set when queued).
 
     Pure and thread-safe: the blocking facade calls it in the application's thread.
+    ``idempotency_key`` becomes the property ``magnetar.idempotency-key`` (issue #16): the
+    broker stores a message whose key it saw on the topic within its window only once.
 
     Raises:
         ValueError: an argument has the wrong type (the official client raises ValueError).
@@ -178,10 +186,15 @@ def prepare_message(
         raise ValueError("event_timestamp must be an int (ms since the epoch)")
     if deliver_after is not None:
         deliver_at = int(time.time() * 1000 + deliver_after.total_seconds() * 1000)
+    merged = dict(properties) if properties else {}
+    if idempotency_key is not None:
+        if not isinstance(idempotency_key, str) or not idempotency_key:
+            raise ValueError("idempotency_key must be a non-empty str")
+        merged[IDEMPOTENCY_KEY_PROPERTY] = idempotency_key
     return OutgoingMessage(
         payload,
         -1,
-        dict(properties) if properties else {},
+        merged,
         partition_key,
         ordering_key,
         event_timestamp or 0,
@@ -190,7 +203,94 @@ def prepare_message(
     )
 
 
-class AsyncProducer:
+class SendApi:
+    """``send`` and ``send_async`` with the official arguments, for a producer of one topic
+    and for one of a partitioned topic: they differ only in where a message goes."""
+
+    def _schema(self) -> PayloadEncoder | None:
+        raise NotImplementedError
+
+    def _target(self, message: OutgoingMessage) -> AsyncProducer:
+        """The producer of the topic (partition) ``message`` goes to."""
+        raise NotImplementedError
+
+    async def send(
+        self,
+        content: Any,
+        properties: Mapping[str, str] | None = None,
+        partition_key: str | None = None,
+        ordering_key: str | bytes | None = None,
+        sequence_id: int | None = None,
+        replication_clusters: Sequence[str] | None = None,
+        disable_replication: bool = False,
+        event_timestamp: int | None = None,
+        deliver_at: int | None = None,
+        deliver_after: timedelta | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> MessageId:
+        """Publish a message and return its id once the broker stored it.
+
+        With ``idempotency_key``, a message whose key the topic (partition) saw within its
+        window is not stored again: the id returned is then the original's entry.
+
+        ``replication_clusters`` and ``disable_replication`` are accepted for compatibility
+        with the official API and ignored (Magnetar runs one cluster).
+
+        Raises:
+            ProducerQueueIsFull: too many pending messages and ``block_if_queue_full`` off.
+            Timeout: not acknowledged within ``send_timeout_millis``.
+            ProducerFenced, TopicTerminated, AlreadyClosed, MessageTooBig, ChecksumError.
+        """
+        future = await self.send_async(
+            content,
+            properties,
+            partition_key,
+            ordering_key,
+            sequence_id,
+            replication_clusters,
+            disable_replication,
+            event_timestamp,
+            deliver_at,
+            deliver_after,
+            idempotency_key=idempotency_key,
+        )
+        return await future
+
+    async def send_async(
+        self,
+        content: Any,
+        properties: Mapping[str, str] | None = None,
+        partition_key: str | None = None,
+        ordering_key: str | bytes | None = None,
+        sequence_id: int | None = None,
+        replication_clusters: Sequence[str] | None = None,
+        disable_replication: bool = False,
+        event_timestamp: int | None = None,
+        deliver_at: int | None = None,
+        deliver_after: timedelta | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> asyncio.Future[MessageId]:
+        """Queue a message; return a future of its id (pipelining: await it later).
+
+        Waits for room first when the queue is full and ``block_if_queue_full`` is on.
+        """
+        message = prepare_message(
+            content,
+            self._schema(),
+            properties=properties,
+            partition_key=partition_key,
+            ordering_key=ordering_key,
+            event_timestamp=event_timestamp,
+            deliver_at=deliver_at,
+            deliver_after=deliver_after,
+            idempotency_key=idempotency_key,
+        )
+        return await self._target(message).send_prepared(message, sequence_id)
+
+
+class AsyncProducer(SendApi):
     """A producer on one topic; create it with ``AsyncClient.create_producer``."""
 
     def __init__(
@@ -198,6 +298,8 @@ class AsyncProducer:
     ) -> None:
         self._host = host
         self._topic = topic
+        # The partition index (-1: not a partition) that the ids of sent messages carry.
+        self._partition = TopicName.parse(topic, allow_non_persistent=True).partition
         self._producer_id = producer_id
         self._config = config
         self._loop = asyncio.get_running_loop()
@@ -237,70 +339,17 @@ class AsyncProducer:
     def is_connected(self) -> bool:
         return self._state is _State.READY
 
-    async def send(
-        self,
-        content: Any,
-        properties: Mapping[str, str] | None = None,
-        partition_key: str | None = None,
-        ordering_key: str | bytes | None = None,
-        sequence_id: int | None = None,
-        replication_clusters: Sequence[str] | None = None,
-        disable_replication: bool = False,
-        event_timestamp: int | None = None,
-        deliver_at: int | None = None,
-        deliver_after: timedelta | None = None,
-    ) -> MessageId:
-        """Publish a message and return its id once the broker stored it.
+    def _schema(self) -> PayloadEncoder | None:
+        return self._config.schema
 
-        ``replication_clusters`` and ``disable_replication`` are accepted for compatibility
-        with the official API and ignored (Magnetar runs one cluster).
+    def _target(self, message: OutgoingMessage) -> AsyncProducer:
+        return self
 
-        Raises:
-            ProducerQueueIsFull: too many pending messages and ``block_if_queue_full`` off.
-            Timeout: not acknowledged within ``send_timeout_millis``.
-            ProducerFenced, TopicTerminated, AlreadyClosed, MessageTooBig, ChecksumError.
-        """
-        future = await self.send_async(
-            content,
-            properties,
-            partition_key,
-            ordering_key,
-            sequence_id,
-            replication_clusters,
-            disable_replication,
-            event_timestamp,
-            deliver_at,
-            deliver_after,
-        )
-        return await future
-
-    async def send_async(
-        self,
-        content: Any,
-        properties: Mapping[str, str] | None = None,
-        partition_key: str | None = None,
-        ordering_key: str | bytes | None = None,
-        sequence_id: int | None = None,
-        replication_clusters: Sequence[str] | None = None,
-        disable_replication: bool = False,
-        event_timestamp: int | None = None,
-        deliver_at: int | None = None,
-        deliver_after: timedelta | None = None,
+    async def send_prepared(
+        self, message: OutgoingMessage, sequence_id: int | None = None
     ) -> asyncio.Future[MessageId]:
-        """Queue a message; return a future of its id (pipelining: await it later).
-
-        Waits for room first when the queue is full and ``block_if_queue_full`` is on.
-        """
-        message = prepare_message(
-            content,
-            self._config.schema,
-            properties=properties,
-            partition_key=partition_key,
-            ordering_key=ordering_key,
-            event_timestamp=event_timestamp,
-            deliver_at=deliver_at,
-            deliver_after=deliver_after,
-        )
+        """``send_async`` of a message ``prepare_message`` made: waits for room first when the
+        queue is full and ``block_if_queue_full`` is on."""
         if self._config.block_if_queue_full:
             while not self._pending.has_room():
                 self._check_sendable()
@@ -434,7 +483,7 @@ class AsyncProducer:
         ids = receipt.message_id
         try:
             op = self._pending.on_receipt(
-                receipt.sequence_id, from_u64(ids.ledgerId), from_u64(ids.entryId), -1
+                receipt.sequence_id, from_u64(ids.ledgerId), from_u64(ids.entryId), self._partition
             )
         except OutOfOrderReceipt as exc:
             self._distrust_connection(f"out-of-order receipt: {exc}")

@@ -13,21 +13,25 @@ start id; a reader started at ``latest`` compares the subscription's mark-delete
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
 from client.consumer import AsyncConsumer
 from client.errors import AlreadyClosed
 from client.message import Message
 from client.message_id import MessageId
+from client.multi_topic import AsyncMultiTopicConsumer
 
-__all__ = ["AsyncReader"]
+__all__ = ["AsyncMultiTopicReader", "AsyncReader"]
 
 _LATEST = MessageId.latest
+C = TypeVar("C", AsyncConsumer, AsyncMultiTopicConsumer)
 
 
-class AsyncReader:
-    """A reader of one topic; create it with ``AsyncClient.create_reader``."""
+class _Reader(Generic[C]):
+    """What every reader does through its (non-durable) consumer."""
 
-    def __init__(self, consumer: AsyncConsumer) -> None:
-        self._consumer = consumer
+    def __init__(self, consumer: C) -> None:
+        self._consumer: C = consumer
 
     def topic(self) -> str:
         return self._consumer.topic()
@@ -38,6 +42,34 @@ class AsyncReader:
     async def read_next(self, timeout_millis: int | None = None) -> Message:
         """The next message; ``Timeout`` when none comes within ``timeout_millis``."""
         return await self._consumer.receive(timeout_millis)
+
+    async def seek(self, target: MessageId | int) -> None:
+        """Move to a message id or a publish time (ms since the epoch); on several partitions
+        see ``AsyncMultiTopicConsumer.seek``."""
+        await self._consumer.seek(target)
+
+    async def close(self) -> None:
+        await self._consumer.close()
+
+    def __aiter__(self) -> _Reader[C]:
+        return self
+
+    async def __anext__(self) -> Message:
+        try:
+            return await self._consumer.receive()
+        except AlreadyClosed:
+            raise StopAsyncIteration from None
+
+    @property
+    def consumer(self) -> C:
+        return self._consumer
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} on {self.topic()}>"
+
+
+class AsyncReader(_Reader[AsyncConsumer]):
+    """A reader of one topic; create it with ``AsyncClient.create_reader``."""
 
     async def has_message_available(self) -> bool:
         """Whether ``read_next`` would return a message without waiting for a new one."""
@@ -63,25 +95,17 @@ class AsyncReader:
             return last_key >= start_key
         return last_key > start_key
 
-    async def seek(self, target: MessageId | int) -> None:
-        """Move to a message id or a publish time (ms since the epoch)."""
-        await self._consumer.seek(target)
 
-    async def close(self) -> None:
-        await self._consumer.close()
+class AsyncMultiTopicReader(_Reader[AsyncMultiTopicConsumer]):
+    """A reader of every partition of a partitioned topic (as the Java ``MultiTopicsReaderImpl``):
+    one reader per partition, their messages merged; create it with
+    ``AsyncClient.create_reader`` on a partitioned topic."""
 
-    def __aiter__(self) -> AsyncReader:
-        return self
-
-    async def __anext__(self) -> Message:
-        try:
-            return await self._consumer.receive()
-        except AlreadyClosed:
-            raise StopAsyncIteration from None
-
-    @property
-    def consumer(self) -> AsyncConsumer:
-        return self._consumer
-
-    def __repr__(self) -> str:
-        return f"<AsyncReader on {self.topic()}>"
+    async def has_message_available(self) -> bool:
+        """Whether a merged message is waiting or some partition has one to read."""
+        if self._consumer.queued:
+            return True
+        for child in self._consumer.consumers():
+            if await AsyncReader(child).has_message_available():
+                return True
+        return bool(self._consumer.queued)

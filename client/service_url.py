@@ -1,9 +1,10 @@
-"""Service URLs: ``pulsar://host:port[,host2:port2...][/]``.
+"""Service URLs: ``pulsar[+ssl]://host:port[,host2:port2...][/]`` or ``http[s]://host:port[,...]``.
 
 The official clients accept a comma-separated host list and pick the next host when one cannot
 be reached. Broker URLs handed back by lookups (``brokerServiceUrl``) have the same form with
-one host. Only the plain-text scheme is supported; ``pulsar+ssl://`` is refused at once (an
-application that asks for TLS must not silently get plain text).
+one host. With ``http://`` the client looks topics up over the broker's HTTP service (as the
+official clients do) and then connects to the binary port the answer names. ``pulsar+ssl://``
+(default port 6651) and ``https://`` (8443) ask for TLS on every connection (``tls``).
 """
 
 from __future__ import annotations
@@ -12,10 +13,19 @@ from dataclasses import dataclass
 
 from client.errors import InvalidUrl
 
-__all__ = ["DEFAULT_PORT", "Address", "ServiceUrl", "parse_address"]
+__all__ = ["DEFAULT_HTTP_PORT", "DEFAULT_PORT", "Address", "ServiceUrl", "parse_address"]
 
 DEFAULT_PORT = 6650
+DEFAULT_HTTP_PORT = 8080
 _SCHEME = "pulsar://"
+_HTTP_SCHEME = "http://"
+#: scheme -> (uses HTTP lookups, TLS, default port)
+_SCHEMES = {
+    _SCHEME: (False, False, DEFAULT_PORT),
+    "pulsar+ssl://": (False, True, 6651),
+    _HTTP_SCHEME: (True, False, DEFAULT_HTTP_PORT),
+    "https://": (True, True, 8443),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,25 +50,28 @@ class Address:
 
 @dataclass(frozen=True, slots=True)
 class ServiceUrl:
-    """The parsed service URL: the hosts to try, in order."""
+    """The parsed service URL: the hosts to try, in order, and whether lookups use HTTP."""
 
     addresses: tuple[Address, ...]
+    http: bool = False
+    tls: bool = False
 
     @classmethod
     def parse(cls, url: str) -> ServiceUrl:
-        """Parse ``pulsar://h1:p1,h2:p2/``.
+        """Parse ``pulsar[+ssl]://h1:p1,h2:p2/`` or ``http[s]://h1:p1,h2:p2/``.
 
         Raises:
             InvalidUrl: another scheme, no host, or a bad port.
         """
-        if not isinstance(url, str) or not url.startswith(_SCHEME):
-            if isinstance(url, str) and url.startswith("pulsar+ssl://"):
-                raise InvalidUrl(f"TLS is not supported by this client yet: {url!r}")
-            raise InvalidUrl(f"service URL must start with {_SCHEME!r}: {url!r}")
-        hosts = url[len(_SCHEME) :].rstrip("/")
+        scheme = next((s for s in _SCHEMES if isinstance(url, str) and url.startswith(s)), None)
+        if scheme is None:
+            raise InvalidUrl(f"service URL must start with one of {', '.join(_SCHEMES)}: {url!r}")
+        http, tls, default_port = _SCHEMES[scheme]
+        hosts = url[len(scheme) :].rstrip("/")
         if not hosts or "/" in hosts:
             raise InvalidUrl(f"bad service URL {url!r}")
-        return cls(tuple(_parse_host_port(part, url) for part in hosts.split(",")))
+        addresses = tuple(_parse_host_port(part, url, default_port) for part in hosts.split(","))
+        return cls(addresses, http, tls)
 
 
 def parse_address(url: str) -> Address:
@@ -67,16 +80,17 @@ def parse_address(url: str) -> Address:
     Raises:
         InvalidUrl: not a one-host ``pulsar://`` URL.
     """
-    addresses = ServiceUrl.parse(url).addresses
-    if len(addresses) != 1:
+    parsed = ServiceUrl.parse(url)
+    addresses = parsed.addresses
+    if len(addresses) != 1 or parsed.http:
         raise InvalidUrl(f"expected one broker address: {url!r}")
     return addresses[0]
 
 
-def _parse_host_port(part: str, url: str) -> Address:
+def _parse_host_port(part: str, url: str, default_port: int) -> Address:
     host, sep, port_text = part.strip().rpartition(":")
     if not sep:
-        host, port_text = part.strip(), str(DEFAULT_PORT)
+        host, port_text = part.strip(), str(default_port)
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]  # IPv6 literal
     if not host:

@@ -25,9 +25,9 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
-import os
 import re
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import timedelta
@@ -44,12 +44,17 @@ from client.errors import (
     ProducerQueueIsFull,
     PulsarException,
     Result,
+    Timeout,
 )
 from client.message import Message
 from client.message_id import MessageId
-from client.multi_topic import AsyncMultiTopicConsumer
+from client.multi_topic import AsyncMultiTopicConsumer, RegexSubscriptionMode
+from client.partitioned_producer import AsyncPartitionedProducer
+from client.process import current_pid
 from client.producer import AsyncProducer, PayloadEncoder, prepare_message
-from client.reader import AsyncReader
+from client.reader import AsyncMultiTopicReader, AsyncReader
+from client.routing import MessageRouter, PartitionsRoutingMode
+from client.table_view import AsyncTableView
 from protocol.enums import CompressionType, InitialPosition, ProducerAccessMode, SubType
 
 __all__ = ["Client", "Consumer", "Producer", "Reader", "SendCallback"]
@@ -167,7 +172,7 @@ class Client:
     """
 
     def __init__(self, service_url: str, operation_timeout_seconds: float = 30, **options: Any):
-        self._pid = os.getpid()
+        self._pid = current_pid()
         self._async = AsyncClient(service_url, operation_timeout_seconds, **options)
         self._loop_thread = _LoopThread()
         self._closed = False
@@ -200,14 +205,16 @@ class Client:
         batching_max_allowed_size_in_bytes: int = 128 * 1024,
         batching_max_publish_delay_ms: int = 10,
         chunking_enabled: bool = False,
-        message_routing_mode: object = None,
+        message_routing_mode: PartitionsRoutingMode | int = (
+            PartitionsRoutingMode.RoundRobinDistribution
+        ),
         lazy_start_partitioned_producers: bool = False,
         properties: Mapping[str, str] | None = None,
         batching_type: object = None,
         encryption_key: str | None = None,
         crypto_key_reader: object = None,
         access_mode: ProducerAccessMode | int = ProducerAccessMode.Shared,
-        message_router: object = None,
+        message_router: MessageRouter | None = None,
     ) -> Producer:
         """Create a producer; see ``AsyncClient.create_producer``."""
         producer = self._run(
@@ -236,7 +243,14 @@ class Client:
                 message_router,
             )
         )
-        return Producer(self, producer, schema, max_pending_messages, block_if_queue_full)
+        slots = (
+            max_pending_messages
+            if isinstance(producer, AsyncProducer)
+            else min(
+                max_pending_messages * producer.partitions(), max_pending_messages_across_partitions
+            )
+        )
+        return Producer(self, producer, schema, slots, block_if_queue_full)
 
     def subscribe(
         self,
@@ -253,6 +267,8 @@ class Client:
         batch_index_ack_enabled: bool = False,
         dead_letter_policy: ConsumerDeadLetterPolicy | None = None,
         pattern_auto_discovery_period: float = 60,
+        is_read_compacted: bool = False,
+        regex_subscription_mode: RegexSubscriptionMode | int = RegexSubscriptionMode.PersistentOnly,
     ) -> Consumer:
         """Subscribe; see ``AsyncClient.subscribe``."""
         # mypy cannot pick an overload for a union argument: the union of both results.
@@ -273,6 +289,8 @@ class Client:
                     batch_index_ack_enabled,
                     dead_letter_policy,
                     pattern_auto_discovery_period,
+                    is_read_compacted=is_read_compacted,
+                    regex_subscription_mode=regex_subscription_mode,
                 )
             ),
         )
@@ -286,6 +304,7 @@ class Client:
         schema: PayloadSchema | None = None,
         receiver_queue_size: int = 1000,
         start_message_id_inclusive: bool = False,
+        is_read_compacted: bool = False,
     ) -> Reader:
         """Create a reader; see ``AsyncClient.create_reader``."""
         reader = self._run(
@@ -296,9 +315,20 @@ class Client:
                 schema,
                 receiver_queue_size,
                 start_message_id_inclusive,
+                is_read_compacted=is_read_compacted,
             )
         )
         return Reader(self, reader)
+
+    def create_table_view(
+        self,
+        topic: str,
+        subscription_name: str | None = None,
+        schema: PayloadSchema | None = None,
+    ) -> TableView:
+        """A ``TableView`` of ``topic`` (see ``client.table_view``), ready when returned."""
+        view = self._run(self._async.create_table_view(topic, subscription_name, schema))
+        return TableView(self, view)
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._run(self._async.get_topic_partitions(topic))
@@ -312,7 +342,7 @@ class Client:
             if self._closed:
                 return
             self._closed = True
-            if self._pid != os.getpid():
+            if self._pid != current_pid():
                 return
             try:
                 self._loop_thread.run(self._async.close())
@@ -329,7 +359,7 @@ class Client:
         return self._loop_thread.thread
 
     def _check_usable(self) -> None:
-        if self._pid != os.getpid():
+        if self._pid != current_pid():
             raise ClientUsedAfterFork(
                 f"this Client was created in process {self._pid}, before os.fork(); "
                 "create a new Client in the child process"
@@ -356,7 +386,7 @@ class Producer:
     def __init__(
         self,
         client: Client,
-        producer: AsyncProducer,
+        producer: AsyncProducer | AsyncPartitionedProducer,
         schema: PayloadEncoder | None,
         max_pending_messages: int,
         block_if_queue_full: bool,
@@ -380,7 +410,7 @@ class Producer:
         return self._producer.is_connected()
 
     @property
-    def async_producer(self) -> AsyncProducer:
+    def async_producer(self) -> AsyncProducer | AsyncPartitionedProducer:
         return self._producer
 
     def send(
@@ -395,6 +425,8 @@ class Producer:
         event_timestamp: int | None = None,
         deliver_at: int | None = None,
         deliver_after: timedelta | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> MessageId:
         """Publish and wait until the broker stored the message; see ``AsyncProducer.send``."""
         self._client._loop_thread.refuse_to_block_the_loop()
@@ -410,6 +442,7 @@ class Producer:
             event_timestamp,
             deliver_at,
             deliver_after,
+            idempotency_key,
         )
         return done.result()
 
@@ -426,6 +459,8 @@ class Producer:
         event_timestamp: int | None = None,
         deliver_at: int | None = None,
         deliver_after: timedelta | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> concurrent.futures.Future[MessageId] | None:
         """Queue a message; ``callback(result, message_id)`` or the returned future tells.
 
@@ -447,6 +482,7 @@ class Producer:
             event_timestamp,
             deliver_at,
             deliver_after,
+            idempotency_key,
         )
         return done
 
@@ -468,6 +504,7 @@ class Producer:
         event_timestamp: int | None,
         deliver_at: int | None,
         deliver_after: timedelta | None,
+        idempotency_key: str | None = None,
     ) -> None:
         self._client._check_usable()
         message = prepare_message(
@@ -479,6 +516,7 @@ class Producer:
             event_timestamp=event_timestamp,
             deliver_at=deliver_at,
             deliver_after=deliver_after,
+            idempotency_key=idempotency_key,
         )
         if sequence_id is not None and sequence_id < 0:
             raise ValueError(f"sequence_id must be >= 0, not {sequence_id}")
@@ -530,19 +568,43 @@ class Consumer:
     def async_consumer(self) -> AsyncConsumer | AsyncMultiTopicConsumer:
         return self._consumer
 
-    def receive(self, timeout_millis: int | None = None) -> Message:
+    def has_reached_end_of_topic(self) -> bool:
+        """The topic was terminated and everything was delivered (REACHED_END_OF_TOPIC)."""
         consumer = self._consumer
         if isinstance(consumer, AsyncConsumer):
-            # Fast path: a queued message is taken here, without a round trip to the loop
-            # and back; its bookkeeping (permits, ack timeout) follows through the inbox,
-            # ahead of any acknowledgement this thread makes next.
-            self._client._check_usable()
-            self._client._loop_thread.refuse_to_block_the_loop()
-            message = consumer.take_queued()
-            if message is not None:
-                self._client._submit(consumer.settle_taken, message)
+            return consumer.has_reached_end_of_topic()
+        # Several topics or partitions: when every one has (as the Java client).
+        children = consumer.consumers()
+        return bool(children) and all(c.has_reached_end_of_topic() for c in children)
+
+    def receive(self, timeout_millis: int | None = None) -> Message:
+        consumer = self._consumer
+        if not isinstance(consumer, AsyncConsumer):
+            return self._client._run(consumer.receive(timeout_millis))
+        # Queued messages are taken here, without a round trip to the loop and back; their
+        # bookkeeping (permits, ack timeout) follows through the inbox, ahead of any
+        # acknowledgement this thread makes next. With nothing queued this thread waits on a
+        # thread event the loop sets when messages arrive.
+        client = self._client
+        client._check_usable()
+        client._loop_thread.refuse_to_block_the_loop()
+        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
+        while True:
+            taken = consumer.take_queued()
+            if taken is not None:
+                message, settle = taken
+                if settle:
+                    client._submit(consumer.settle_taken, message)
                 return message
-        return self._client._run(consumer.receive(timeout_millis))
+            if not consumer.is_receiving():
+                # Closed or failed: the loop's receive raises the right error.
+                return client._run(consumer.receive(timeout_millis))
+            if consumer.owes_permits():  # returned before waiting, or the broker may stall
+                client._submit(consumer.settle_taken, None)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise Timeout(f"no message within {timeout_millis} ms")
+            consumer.wait_queued(left)
 
     def batch_receive(self, max_num_messages: int = 100, timeout_ms: int = 100) -> list[Message]:
         return self._client._run(self._consumer.batch_receive(max_num_messages, timeout_ms))
@@ -579,9 +641,10 @@ class Consumer:
 
 
 class Reader:
-    """Blocking reader (``pulsar.Reader``'s API) over an ``AsyncReader``."""
+    """Blocking reader (``pulsar.Reader``'s API) over an ``AsyncReader`` (or, on a partitioned
+    topic, an ``AsyncMultiTopicReader``)."""
 
-    def __init__(self, client: Client, reader: AsyncReader) -> None:
+    def __init__(self, client: Client, reader: AsyncReader | AsyncMultiTopicReader) -> None:
         self._client = client
         self._reader = reader
 
@@ -705,3 +768,44 @@ def _deliver(
         callback(Result.Ok if error is None else error.result, message_id)
     except Exception:
         logger.exception("exception in a send_async callback (ignored)")
+
+
+class TableView:
+    """Blocking facade of ``AsyncTableView`` (the official ``TableView`` names). Reads are
+    snapshots of the map the event loop keeps current; listeners run on the loop thread."""
+
+    def __init__(self, client: Client, view: AsyncTableView) -> None:
+        self._client = client
+        self._view = view
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._client._run(_call(lambda: self._view.get(key, default)))
+
+    def items(self) -> list[tuple[str, Any]]:
+        return self._client._run(_call(lambda: list(self._view.items())))
+
+    def snapshot(self) -> dict[str, Any]:
+        return self._client._run(_call(self._view.snapshot))
+
+    def __len__(self) -> int:
+        return self._client._run(_call(lambda: len(self._view)))
+
+    def __contains__(self, key: object) -> bool:
+        return self._client._run(_call(lambda: key in self._view))
+
+    def for_each(self, action: Callable[[str, Any], None]) -> None:
+        self._client._run(_call(lambda: self._view.for_each(action)))
+
+    def for_each_and_listen(self, action: Callable[[str, Any], None]) -> None:
+        self._client._run(_call(lambda: self._view.for_each_and_listen(action)))
+
+    def listen(self, action: Callable[[str, Any], None]) -> None:
+        self._client._run(_call(lambda: self._view.listen(action)))
+
+    def close(self) -> None:
+        self._client._run(self._view.close())
+
+
+async def _call(function: Callable[[], R]) -> R:
+    """Run ``function`` on the loop thread (where the table view's map changes)."""
+    return function()

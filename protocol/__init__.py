@@ -9,7 +9,7 @@ Imports allowed here: the standard library, ``crc32c`` and the generated ``proto
 
 from protocol import commands
 from protocol._pb import PulsarApi_pb2 as pb
-from protocol.batch import SingleMessage, decode_batch, encode_batch
+from protocol.batch import SingleMessage, decode_batch, encode_batch, split_batch
 from protocol.checksum import crc32c
 from protocol.enums import (
     AckType,
@@ -64,4 +64,5 @@ __all__ = [
     "encode_payload_command",
     "parse_entry_metadata",
     "pb",
+    "split_batch",
 ]

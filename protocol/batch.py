@@ -97,33 +97,46 @@ def decode_batch(payload: bytes | memoryview, count: int | None = None) -> list[
         RemoteProtocolError: a record is truncated or unparsable, bytes are left over, or the
             number of records differs from ``count``.
     """
-    view = memoryview(payload)
-    messages: list[SingleMessage] = []
-    position, end = 0, len(view)
+    return [SingleMessage.from_pb(meta, data) for meta, data in split_batch(payload, count)]
+
+
+def split_batch(
+    payload: bytes | memoryview, count: int | None = None
+) -> list[tuple[pb.SingleMessageMetadata, bytes]]:
+    """Split a batch payload into ``(header, payload)`` records, headers left as parsed.
+
+    The consumer's hot path: it keeps the parsed header and reads fields only when the
+    application asks, instead of copying every field into a ``SingleMessage``. Same checks and
+    errors as ``decode_batch``.
+    """
+    data = payload if payload.__class__ is bytes else bytes(payload)
+    records: list[tuple[pb.SingleMessageMetadata, bytes]] = []
+    append = records.append
+    parse = _parse_single
+    unpack = _U32.unpack_from
+    position, end = 0, len(data)
     while position < end:
-        message, position = _decode_record(view, position, end)
-        messages.append(message)
-    if count is not None and len(messages) != count:
-        raise RemoteProtocolError(f"batch holds {len(messages)} messages, expected {count}")
-    return messages
+        if end - position < 4:
+            raise RemoteProtocolError(f"truncated batch record header at offset {position}")
+        (header_size,) = unpack(data, position)
+        header_end = position + 4 + header_size
+        if header_end > end:
+            raise RemoteProtocolError(f"batch record metadata at offset {position} is truncated")
+        try:
+            meta = parse(data[position + 4 : header_end])
+        except Exception as exc:  # upb DecodeError
+            raise RemoteProtocolError(f"bad SingleMessageMetadata at offset {position}") from exc
+        # payload_size is the one required field: initialized means present.
+        if not meta.IsInitialized() or meta.payload_size < 0:
+            raise RemoteProtocolError(f"batch record at offset {position} lacks a payload size")
+        payload_end = header_end + meta.payload_size
+        if payload_end > end:
+            raise RemoteProtocolError(f"batch record payload at offset {position} is truncated")
+        append((meta, data[header_end:payload_end]))
+        position = payload_end
+    if count is not None and len(records) != count:
+        raise RemoteProtocolError(f"batch holds {len(records)} messages, expected {count}")
+    return records
 
 
-def _decode_record(view: memoryview, position: int, end: int) -> tuple[SingleMessage, int]:
-    """Decode the record at ``position``; return it and the offset just after it."""
-    if end - position < 4:
-        raise RemoteProtocolError(f"truncated batch record header at offset {position}")
-    (header_size,) = _U32.unpack_from(view, position)
-    header_end = position + 4 + header_size
-    if header_end > end:
-        raise RemoteProtocolError(f"batch record metadata at offset {position} is truncated")
-    meta = pb.SingleMessageMetadata()
-    try:
-        meta.ParseFromString(view[position + 4 : header_end])  # type: ignore[arg-type]  # upb takes any buffer
-    except Exception as exc:  # upb DecodeError
-        raise RemoteProtocolError(f"bad SingleMessageMetadata at offset {position}") from exc
-    if not meta.HasField("payload_size") or meta.payload_size < 0:
-        raise RemoteProtocolError(f"batch record at offset {position} lacks a payload size")
-    payload_end = header_end + meta.payload_size
-    if payload_end > end:
-        raise RemoteProtocolError(f"batch record payload at offset {position} is truncated")
-    return SingleMessage.from_pb(meta, view[header_end:payload_end].tobytes()), payload_end
+_parse_single = pb.SingleMessageMetadata.FromString

@@ -129,13 +129,30 @@ def auth_challenge(
     *,
     protocol_version: int = PROTOCOL_VERSION,
 ) -> bytes:
-    """AUTH_CHALLENGE (unused by Magnetar: it runs without authentication)."""
+    """AUTH_CHALLENGE: the broker asks for fresh credentials (an expired token)."""
     cmd = T(type=T.AUTH_CHALLENGE)
     sub = cmd.authChallenge
     sub.server_version = server_version
     sub.protocol_version = protocol_version
     sub.challenge.auth_method_name = auth_method_name
     sub.challenge.auth_data = auth_data
+    return encode_command(cmd)
+
+
+def auth_response(
+    client_version: str,
+    auth_method_name: str,
+    auth_data: bytes,
+    *,
+    protocol_version: int = PROTOCOL_VERSION,
+) -> bytes:
+    """AUTH_RESPONSE: the client's answer to AUTH_CHALLENGE."""
+    cmd = T(type=T.AUTH_RESPONSE)
+    sub = cmd.authResponse
+    sub.client_version = client_version
+    sub.protocol_version = protocol_version
+    sub.response.auth_method_name = auth_method_name
+    sub.response.auth_data = auth_data
     return encode_command(cmd)
 
 
@@ -709,7 +726,8 @@ def active_consumer_change(consumer_id: int, is_active: bool) -> bytes:
 
 
 def reached_end_of_topic(consumer_id: int) -> bytes:
-    """REACHED_END_OF_TOPIC. Never send it to the C++ 4.2.0 client: it reconnects forever."""
+    """REACHED_END_OF_TOPIC. The C++ client (<= 4.2.0) does not know it and reconnects: see
+    ``broker.connection_consumers.understands_reached_end_of_topic``."""
     cmd = T(type=T.REACHED_END_OF_TOPIC)
     cmd.reachedEndOfTopic.consumer_id = to_u64(consumer_id)
     return encode_command(cmd)

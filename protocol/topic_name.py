@@ -39,6 +39,9 @@ import re
 from dataclasses import dataclass
 
 PERSISTENT = "persistent"
+#: Pulsar's in-memory topics (issue #14). Only callers that serve them opt in
+#: (``TopicName.parse(..., allow_non_persistent=True)``): everything else stores topics.
+NON_PERSISTENT = "non-persistent"
 DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "default"
 PARTITION_SUFFIX = "-partition-"
@@ -137,7 +140,7 @@ class TopicName:
 
     def __post_init__(self) -> None:
         shown = f"{self.domain}://{self.tenant}/{self.namespace}/{self.local_name}"
-        if self.domain != PERSISTENT:
+        if self.domain not in (PERSISTENT, NON_PERSISTENT):
             raise InvalidTopicNameError(
                 f"{_shown(shown)}: only persistent:// topics are supported"
                 f" (got domain {_shown(self.domain)})"
@@ -147,8 +150,11 @@ class TopicName:
         _check_local_name(self.local_name, shown)
 
     @classmethod
-    def parse(cls, name: str) -> TopicName:
+    def parse(cls, name: str, *, allow_non_persistent: bool = False) -> TopicName:
         """Parse any accepted spelling into a ``TopicName``.
+
+        ``allow_non_persistent``: accept ``non-persistent://`` names too (their ``domain`` is
+        ``NON_PERSISTENT``); only code that serves in-memory topics passes it.
 
         Raises:
             InvalidTopicNameError: the name is malformed, legacy, unsafe, or not persistent.
@@ -156,7 +162,9 @@ class TopicName:
         domain, separator, rest = name.partition("://")
         if not separator:
             domain, rest = PERSISTENT, _complete_short_name(name)
-        if domain != PERSISTENT:
+        if domain == NON_PERSISTENT and allow_non_persistent:
+            pass
+        elif domain != PERSISTENT:
             raise InvalidTopicNameError(
                 f"{_shown(name)}: only persistent:// topics are supported"
                 f" (got domain {_shown(domain)})"
@@ -167,7 +175,7 @@ class TopicName:
                 f"{_shown(name)}: expected persistent://<tenant>/<namespace>/<topic>"
             )
         tenant, namespace, local_name = parts
-        return cls(tenant, namespace, local_name)
+        return cls(tenant, namespace, local_name, domain)
 
     @property
     def full_name(self) -> str:

@@ -236,6 +236,13 @@ def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         time.sleep(0.02)
 
 
+async def wait_until_async(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    """``wait_until`` on a running event loop (the condition reads client or broker state)."""
+    async with asyncio.timeout(seconds):
+        while not condition():  # noqa: ASYNC110 - no event signals these conditions
+            await asyncio.sleep(0.02)
+
+
 @contextlib.contextmanager
 def env(**values: str) -> Any:
     old = {k: os.environ.get(k) for k in values}

@@ -95,11 +95,12 @@ def send_outcomes(conn: RawConnection) -> list[tuple[int, object]]:
 class RawSession(RawConnection):
     """A connected (CONNECT/CONNECTED done) socket whose replies are taken one at a time."""
 
-    def __init__(self, port: int, *, timeout: float = 5.0) -> None:
+    def __init__(self, port: int, *, timeout: float = 5.0, connect: bytes | None = None) -> None:
         super().__init__(port, timeout=timeout)
         self.timeout = timeout
         self._unread: list[Frame] = []
-        self.send(commands.connect("raw-session", protocol_version=20))
+        # ``connect``: a CONNECT of the test's own (credentials, issue #15).
+        self.send(connect or commands.connect("raw-session", protocol_version=20))
         self.take(lambda frame: frame.type == T.CONNECTED)
 
     def take(self, wanted: Callable[[Frame], bool]) -> Frame:

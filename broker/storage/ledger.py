@@ -33,6 +33,7 @@ from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
 
+from broker.storage.buckets import BucketsSnapshot
 from broker.storage.cache import EntryCache
 from broker.storage.config import LedgerConfig
 from broker.storage.cursor import Cursor
@@ -447,6 +448,15 @@ class Ledger:
             "cache_hits": self._cache.hits,
             "cache_misses": self._cache.misses,
         }
+
+    def group_commit_stats(self) -> tuple[BucketsSnapshot, BucketsSnapshot]:
+        """Histograms of this ledger's flushes: write + fdatasync milliseconds, entries."""
+        return self._writer.sync_latency_ms.snapshot(), self._writer.group_entries.snapshot()
+
+    def segment_summaries(self) -> list[tuple[int, int, int, int | None]]:
+        """``(ledger_id, entries, data_bytes, sealed_at_ms)`` of each segment, oldest first;
+        ``sealed_at_ms`` is None for the segment being written (admin internal-stats)."""
+        return [(s.ledger_id, s.entries, s.data_bytes, s.sealed_at_ms) for s in self._table.all()]
 
     def segment_paths(self) -> list[Path]:
         """The segment files currently in use, oldest first (for tools and tests)."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, wait
 from pathlib import Path
@@ -35,6 +36,7 @@ from uuid import uuid4
 
 import crc32c
 
+from broker.storage.buckets import GROUP_ENTRIES_BOUNDS, LATENCY_MS_BOUNDS, Buckets
 from broker.storage.cache import EntryCache
 from broker.storage.config import MAX_ENTRY_BYTES, LedgerConfig
 from broker.storage.errors import LedgerClosedError, LedgerFlushError
@@ -78,6 +80,9 @@ class LedgerWriter:
         self._tail_bytes = HEADER_SIZE
         self._next_ledger_id = 1
         self._must_roll = False
+        # Group-commit metrics: milliseconds of write + fdatasync per flush, entries per flush.
+        self.sync_latency_ms = Buckets(LATENCY_MS_BOUNDS)
+        self.group_entries = Buckets(GROUP_ENTRIES_BOUNDS)
         self._active: Segment | None = None
         self._spare: Future[Path] | None = None
         self.last_position: Position | None = None
@@ -174,12 +179,15 @@ class LedgerWriter:
                 batch, self._pending = self._pending, []
             if not batch:
                 return self.last_confirmed
+            started = time.monotonic()
             try:
                 for ledger_id, entries in _split_by_ledger(batch):
                     self._write_chunk(ledger_id, entries)
             except OSError as exc:
                 discarded = self._discard_after_failure(exc)
                 raise LedgerFlushError(exc, self.last_confirmed, discarded) from exc
+            self.sync_latency_ms.observe((time.monotonic() - started) * 1000)
+            self.group_entries.observe(len(batch))
             return self.last_confirmed
 
     def _write_chunk(self, ledger_id: int, entries: list[tuple[Position, bytes]]) -> None:

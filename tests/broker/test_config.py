@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -286,3 +289,87 @@ def test_path_for_data_dir_is_stored_as_text(tmp_path: Path) -> None:
     config = BrokerConfig(data_dir=tmp_path)  # type: ignore[arg-type]
     assert config.data_dir == str(tmp_path)
     assert config.data_path == tmp_path
+
+
+# --- MAGNETAR_<key> environment overrides -----------------------------------------------------
+
+
+def test_environment_overrides_the_defaults() -> None:
+    config = load_config(
+        None,
+        environ={
+            "MAGNETAR_brokerServicePort": "6651",
+            "MAGNETAR_dataDir": "/data",
+            "MAGNETAR_journalSyncData": "false",
+            "MAGNETAR_journalMaxGroupWaitMSec": "2",
+            "PATH": "/usr/bin",  # anything without the prefix is none of our business
+            "MAGNETARX_brokerServicePort": "1",
+        },
+    )
+    assert config.broker_service_port == 6651
+    assert config.data_dir == "/data"
+    assert config.journal_sync_data is False
+    assert config.journal_max_group_wait_msec == 2.0
+
+
+def test_precedence_is_defaults_file_environment_then_set(tmp_path: Path) -> None:
+    path = write_toml(
+        tmp_path, 'brokerServicePort = 7000\nwebServicePort = 7001\nclusterName = "file"\n'
+    )
+    environ = {"MAGNETAR_webServicePort": "7101", "MAGNETAR_clusterName": "env"}
+    config = load_config(path, {"clusterName": "cli"}, environ)
+    assert config.broker_service_port == 7000  # file only
+    assert config.web_service_port == 7101  # environment beats the file
+    assert config.cluster_name == "cli"  # --set beats the environment
+    assert config.max_message_size == BrokerConfig().max_message_size  # default
+
+
+def test_environment_key_may_be_in_any_case() -> None:
+    config = load_config(None, environ={"MAGNETAR_BROKERSERVICEPORT": "6652"})
+    assert config.broker_service_port == 6652
+
+
+def test_unknown_environment_key_is_an_error_naming_the_variable() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, environ={"MAGNETAR_brokerServicePrt": "6651"})
+    assert "environment variable MAGNETAR_brokerServicePrt" in str(info.value)
+    assert "brokerServicePort" in str(info.value)  # the did-you-mean hint
+
+
+def test_bad_environment_value_names_the_variable_and_key() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, environ={"MAGNETAR_brokerServicePort": "not-a-port"})
+    assert info.value.key == "brokerServicePort"
+    assert "MAGNETAR_brokerServicePort" in str(info.value)
+    with pytest.raises(ConfigError, match="MAGNETAR_webServicePort"):
+        load_config(None, environ={"MAGNETAR_webServicePort": "70000"})
+
+
+def test_cli_reads_the_environment(tmp_path: Path) -> None:
+    """`magnetar config` in a real process: the environment lands between file and --set."""
+    path = write_toml(tmp_path, "brokerServicePort = 7000\n")
+    environ = {
+        **os.environ,
+        "MAGNETAR_brokerServicePort": "6651",
+        "MAGNETAR_logLevel": "DEBUG",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "broker", "config", "--conf", str(path), "--set", "logLevel=ERROR"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    resolved = tomllib.loads(done.stdout)
+    assert resolved["brokerServicePort"] == 6651
+    assert resolved["logLevel"] == "ERROR"
+    failed = subprocess.run(
+        [sys.executable, "-m", "broker", "config"],
+        env={**os.environ, "MAGNETAR_nope": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert failed.returncode == 2
+    assert "MAGNETAR_nope" in failed.stderr

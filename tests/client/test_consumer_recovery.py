@@ -30,6 +30,7 @@ from tests.helpers import (
     new_client,
     topic_stats,
     wait_until,
+    wait_until_async,
 )
 from tests.tcp_proxy import TcpProxy
 
@@ -62,13 +63,6 @@ def payloads(first: int, end: int) -> list[bytes]:
     return [f"m{n}".encode() for n in range(first, end)]
 
 
-async def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
-    """Poll ``condition`` on the running loop (it reads client state or broker stats)."""
-    async with asyncio.timeout(seconds):
-        while not condition():  # noqa: ASYNC110 - no event signals these conditions
-            await asyncio.sleep(0.02)
-
-
 def backlog(http: str, topic: str) -> int:
     stats = topic_stats(http, topic)
     value: int = stats["subscriptions"]["sub"]["msgBacklog"]
@@ -83,7 +77,7 @@ async def receive_until_cut(consumer: AsyncConsumer, reader: AsyncReader, http: 
         assert message.data() == f"m{n}".encode()
         consumer.acknowledge(message)
     topic = consumer.topic()
-    await wait_for(lambda: backlog(http, topic) == COUNT - ACKED_BEFORE)
+    await wait_until_async(lambda: backlog(http, topic) == COUNT - ACKED_BEFORE)
     for n in range(ACKED_BEFORE, ACKED_BEFORE + HELD):
         assert (await consumer.receive(5000)).data() == f"m{n}".encode()
     return [(await reader.read_next(5000)).data() for _ in range(READ_BEFORE)]
@@ -109,7 +103,7 @@ async def check_recovery(
     await asyncio.to_thread(break_link)
     # Once the loss is seen, what was queued from the old connection is dropped (the broker
     # sends it again); the test waits for that so the order below is exact.
-    await wait_for(lambda: not consumer.is_connected() and not reader.is_connected())
+    await wait_until_async(lambda: not consumer.is_connected() and not reader.is_connected())
     await asyncio.to_thread(mend_link)
     await asyncio.to_thread(produce, url, topic, COUNT, 50)  # the topic grows meanwhile
 
@@ -127,7 +121,7 @@ async def check_recovery(
         read.append((await reader.read_next(15_000)).data())
     assert read == payloads(0, COUNT + 50)  # the reader resumed after its last message
     assert not await reader.has_message_available()
-    await wait_for(lambda: backlog(http(), topic) == 0)
+    await wait_until_async(lambda: backlog(http(), topic) == 0)
 
 
 def durable_mark_delete_entry(data_dir: Path) -> int:

@@ -59,17 +59,17 @@ def test_a_batch_member_takes_its_own_fields_and_sequence_id() -> None:
         producer_name="p", sequence_id=10, publish_time=5, num_messages_in_batch=3
     )
     single = SingleMessage(b"x", {"i": "1"}, partition_key="k1", event_time=7, sequence_id=11)
-    message = Message.from_batch(TOPIC, MessageId(-1, 1, 2, 1), metadata, single)
+    message = Message.from_batch(TOPIC, MessageId(-1, 1, 2, 1), metadata, single.to_pb(), b"x")
     assert (message.data(), message.properties(), message.partition_key()) == (
         b"x",
         {"i": "1"},
         "k1",
     )
     assert (message.sequence_id(), message.event_timestamp()) == (11, 7)
-    unnumbered = SingleMessage(b"y")
-    assert (
-        Message.from_batch(TOPIC, MessageId(-1, 1, 2, 2), metadata, unnumbered).sequence_id() == 12
-    )
+    unnumbered = SingleMessage(b"y").to_pb()
+    member = Message.from_batch(TOPIC, MessageId(-1, 1, 2, 2), metadata, unnumbered, b"y")
+    assert member.sequence_id() == 12
+    assert (member.properties(), member.partition_key(), member.event_timestamp()) == ({}, "", 0)
 
 
 def test_value_decodes_with_the_schema() -> None:
@@ -77,6 +77,7 @@ def test_value_decodes_with_the_schema() -> None:
         def decode(self, data: bytes) -> str:
             return data.decode().upper()
 
-    message = Message(b"abc", MessageId(-1, 1, 2), TOPIC, schema=Upper())
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=5)
+    message = Message(b"abc", MessageId(-1, 1, 2), TOPIC, metadata, schema=Upper())
     assert message.value() == "ABC"
     assert message.data() == b"abc"

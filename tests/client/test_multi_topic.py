@@ -144,3 +144,37 @@ def test_blocking_client_subscribes_to_a_list(running: BrokerThread) -> None:
         got = {consumer.receive(5000).topic_name() for _ in topics}
         assert got == set(topics)
         consumer.close()
+
+
+async def test_seek_moves_every_topic_or_the_topic_of_the_id(running: BrokerThread) -> None:
+    run = uuid.uuid4().hex[:8]
+    first, second = (f"{NAMESPACE}/multi-seek-{run}-{i}" for i in range(2))
+    async with AsyncClient(running.url) as client:
+        consumer = await client.subscribe(
+            [first, second], "sub", consumer_type=ConsumerType.Shared, initial_position=EARLIEST
+        )
+        await publish(client, first, ["a0", "a1", "a2"])
+        await publish(client, second, ["b0", "b1"])
+        everything = sorted(await receive_all(consumer, 5))
+
+        # Earliest: every topic again, from its start.
+        await consumer.seek(MessageId.earliest)
+        assert sorted(await receive_all(consumer, 5)) == everything
+
+        # The id of a message of `first`: only `first` moves (inclusive, as a consumer seek).
+        await consumer.seek(MessageId.earliest)
+        messages = [await consumer.receive(5000) for _ in range(5)]
+        a1 = next(m for m in messages if m.data() == b"a1")
+        await consumer.seek(a1.message_id())
+        assert sorted(await receive_all(consumer, 2)) == [(first, "a1"), (first, "a2")]
+        with pytest.raises(Timeout):
+            await consumer.receive(300)
+
+        # A publish time before everything: every topic again.
+        await consumer.seek(0)
+        assert sorted(await receive_all(consumer, 5)) == everything
+
+        # An id that names no topic and is neither earliest nor latest is refused.
+        with pytest.raises(InvalidConfiguration):
+            await consumer.seek(MessageId(-1, 1, 2))
+        await consumer.close()

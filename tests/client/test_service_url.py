@@ -19,17 +19,40 @@ def test_service_urls_with_one_or_several_hosts() -> None:
     assert parse_address("pulsar://b:6651").url == "pulsar://b:6651"
 
 
+def test_http_service_urls_look_up_over_http() -> None:
+    parsed = ServiceUrl.parse("http://a:8080,b/")
+    assert parsed.http
+    assert parsed.addresses == (Address("a", 8080), Address("b", 8080))
+    assert not ServiceUrl.parse("pulsar://a").http
+    with pytest.raises(InvalidUrl):
+        parse_address("http://a:8080")  # a lookup answer names a binary address
+
+
 @pytest.mark.parametrize(
-    "url", ["http://h:1", "pulsar://", "pulsar://h:x", "pulsar://h:0", "pulsar://h:1/path", "h:1"]
+    "url",
+    [
+        "ftp://h:1",
+        "http://",
+        "pulsar://",
+        "pulsar://h:x",
+        "pulsar://h:0",
+        "pulsar://h:1/path",
+        "h:1",
+    ],
 )
 def test_bad_service_urls_are_refused(url: str) -> None:
     with pytest.raises(InvalidUrl):
         ServiceUrl.parse(url)
 
 
-def test_tls_is_refused_rather_than_downgraded() -> None:
-    with pytest.raises(InvalidUrl, match="TLS"):
-        ServiceUrl.parse("pulsar+ssl://h:6651")
+def test_tls_urls_ask_for_tls_with_their_default_ports() -> None:
+    # Issue #15: TLS is supported now; the URL's scheme decides, never a silent downgrade.
+    assert ServiceUrl.parse("pulsar+ssl://h") == ServiceUrl((Address("h", 6651),), tls=True)
+    assert ServiceUrl.parse("https://h:1,g") == ServiceUrl(
+        (Address("h", 1), Address("g", 8443)), http=True, tls=True
+    )
+    assert ServiceUrl.parse("pulsar://h").tls is False
+    assert parse_address("pulsar+ssl://h:7") == Address("h", 7)
 
 
 def test_a_lookup_answer_must_name_one_broker() -> None:

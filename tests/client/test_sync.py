@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ import pulsar
 import pytest
 
 from client import Client, ClientUsedAfterFork, MessageId, ProducerQueueIsFull, Result
-from client.errors import AlreadyClosed
+from client.errors import AlreadyClosed, Timeout
 from tests.helpers import BrokerThread, broker_config, close_client, new_client, wait_until
 from tests.tcp_proxy import TcpProxy
 
@@ -255,3 +256,31 @@ def test_blocking_receive_takes_queued_messages_in_order_and_returns_their_permi
             received.append(message.data())
             consumer.acknowledge(message)
         assert received == [str(i).encode() for i in range(40)]
+
+
+def test_blocking_receive_waits_for_a_later_message_times_out_and_wakes_on_close(
+    running: BrokerThread,
+) -> None:
+    # Nothing queued: the receiving thread waits on a thread event the loop sets (no loop round
+    # trip per message). It must wake for a message sent later, give up at its timeout, and
+    # see AlreadyClosed when the consumer is closed from another thread while it waits.
+    topic = f"sync-wait-{uuid.uuid4().hex}"
+    with Client(running.url) as client:
+        consumer = client.subscribe(topic, "sub")
+        producer = client.create_producer(topic, batching_enabled=False)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(consumer.receive, 10_000)
+            wait_until(lambda: consumer.async_consumer._threads_waiting == 1)  # type: ignore[union-attr]
+            producer.send(b"later")
+            assert waiting.result(10).data() == b"later"
+
+            started = time.monotonic()
+            with pytest.raises(Timeout):
+                consumer.receive(200)
+            assert 0.19 <= time.monotonic() - started < 5
+
+            waiting = pool.submit(consumer.receive, 30_000)
+            wait_until(lambda: consumer.async_consumer._threads_waiting == 1)  # type: ignore[union-attr]
+            consumer.close()
+            with pytest.raises(AlreadyClosed):
+                waiting.result(10)

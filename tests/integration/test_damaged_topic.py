@@ -168,7 +168,7 @@ def test_damaged_topic_fails_fast_then_repair_serves_exactly_the_valid_prefix(
         assert producer.last_sequence_id() == KEPT  # dedup state rebuilt from the kept entries
         producer.send(f"m-{KEPT + 1}".encode(), sequence_id=KEPT + 1)  # not taken for a dup
         assert read_all(client, TOPIC) == [*expected, f"m-{KEPT + 1}".encode()]
-        assert topic_stats(running.http, TOPIC)["publishers"] == 1
+        assert len(topic_stats(running.http, TOPIC)["publishers"]) == 1  # Pulsar: a list
 
         loaded = _repair_topic(data_dir, "--truncate-to-valid-prefix")
         assert loaded.returncode == 1

@@ -20,6 +20,8 @@ ALLOWED_TOP_LEVEL = {
     "sys",
     "pathlib",
     "crc32c",
+    # mmh3: Pulsar's Murmur3-32 key hash, a pure function over bytes
+    "mmh3",
     "grpc_tools",
     "protocol",
 }

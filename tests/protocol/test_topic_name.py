@@ -64,6 +64,13 @@ def test_non_persistent_rejected_clearly() -> None:
         TopicName.parse("non-persistent://public/default/t")
 
 
+def test_non_persistent_accepted_when_asked() -> None:
+    name = TopicName.parse("non-persistent://public/default/t", allow_non_persistent=True)
+    assert name.domain == "non-persistent"
+    assert name.full_name == "non-persistent://public/default/t"
+    assert name.with_partition(1).full_name == "non-persistent://public/default/t-partition-1"
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -175,7 +182,11 @@ def test_direct_construction_is_validated_too() -> None:
     with pytest.raises(InvalidTopicNameError):
         TopicName("public", "default", "..")
     with pytest.raises(InvalidTopicNameError):
-        TopicName("public", "default", "t", domain="non-persistent")
+        TopicName("public", "default", "t", domain="in-memory")
+    # Issue #14: non-persistent names exist (parse accepts them only when asked to).
+    assert TopicName("public", "default", "t", domain="non-persistent").full_name == (
+        "non-persistent://public/default/t"
+    )
 
 
 def test_partition_name_too_long_is_refused() -> None:

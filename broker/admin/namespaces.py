@@ -1,0 +1,268 @@
+"""``/admin/v2/namespaces/{tenant}[/{ns}[/...]]``: namespaces and their policies, as Pulsar.
+
+Policies (deduplication, retention, message TTL, auto topic creation) are stored durably and
+applied to the loaded topics at once; ``GET .../{ns}`` answers them in Pulsar's ``Policies``
+JSON. Deleting a namespace that still has topics is refused (409) unless ``force=true``, which
+deletes its topics first.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from broker.admin.common import (
+    AdminError,
+    existing_namespace,
+    existing_tenant,
+    json_response,
+    namespace_name,
+    no_content,
+    query_bool,
+    read_bool,
+    read_int,
+    read_json,
+    service_of,
+)
+from broker.admin.permissions import parse_actions
+from broker.admin.topics import (
+    apply_dedup_policies,
+    apply_retention_policies,
+    namespace_topics,
+    retention_body,
+)
+from broker.compaction import apply_compaction_thresholds
+from broker.metadata_store import (
+    AUTO_TOPIC_CREATION,
+    COMPACTION_THRESHOLD,
+    MESSAGE_TTL,
+    RETENTION,
+)
+from protocol.topic_name import TopicName
+
+NAMESPACE = "/admin/v2/namespaces/{tenant}/{ns}"
+
+
+async def list_namespaces(request: web.Request) -> web.Response:
+    tenant = existing_tenant(request)
+    namespaces = service_of(request).policies.namespaces
+    return json_response(sorted(n for n in namespaces if n.startswith(tenant + "/")))
+
+
+async def create_namespace(request: web.Request) -> web.Response:
+    namespace = str(namespace_name(request))
+    existing_tenant(request)
+    grants = await namespace_auth_of_body(request)  # Pulsar's Policies body, if any
+    if not await service_of(request).policies.create_namespace(namespace):
+        raise AdminError(409, "Namespace already exists")
+    if grants:
+        await service_of(request).security.store.set_permissions(namespace, grants)
+    return no_content()
+
+
+async def namespace_auth_of_body(request: web.Request) -> dict[str, list[str]]:
+    """``auth_policies.namespace_auth`` (role -> actions) of a ``Policies`` body, if sent."""
+    if not (await request.text()).strip():
+        return {}
+    policies = await read_json(request)
+    if not isinstance(policies, dict):
+        raise AdminError(400, "Body must be a Policies JSON object")
+    auth = policies.get("auth_policies") or {}
+    grants = auth.get("namespace_auth") or {} if isinstance(auth, dict) else None
+    if not isinstance(grants, dict):
+        raise AdminError(400, "auth_policies.namespace_auth must map roles to actions")
+    return {str(role): parse_actions(actions) for role, actions in grants.items()}
+
+
+async def get_policies(request: web.Request) -> web.Response:
+    namespace = existing_namespace(request)
+    policies = service_of(request).policies
+    return json_response(
+        {
+            "deduplicationEnabled": policies.namespace_dedup.get(namespace),
+            RETENTION: policies.namespace_policy(namespace, RETENTION),
+            MESSAGE_TTL: policies.namespace_policy(namespace, MESSAGE_TTL),
+            AUTO_TOPIC_CREATION: policies.namespace_policy(namespace, AUTO_TOPIC_CREATION),
+            "replication_clusters": [service_of(request).config.cluster_name],
+            "bundles": {"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1},
+            "deleted": False,
+            "auth_policies": {
+                "namespace_auth": service_of(request).security.store.permissions(namespace),
+                "destination_auth": {},
+                "subscription_auth_roles": {},
+            },
+        }
+    )
+
+
+async def delete_namespace(request: web.Request) -> web.Response:
+    namespace = existing_namespace(request)
+    service = service_of(request)
+    topics = namespace_topics(service, namespace)
+    partitioned = service.partitioned.topics_of(namespace)
+    if (topics or partitioned) and not query_bool(request, "force"):
+        raise AdminError(409, "Cannot delete non empty namespace")
+    for topic in topics:
+        name = TopicName.parse(topic)
+        await service.delete_topic(name)
+        await service.policies.forget_topic(name.full_name)
+    for topic in partitioned:
+        await service.policies.forget_topic(topic)
+        await service.partitioned.delete(topic)
+    await service.policies.delete_namespace(namespace)
+    await service.security.store.forget_namespace(namespace)  # no grants for a later namesake
+    return no_content()
+
+
+async def list_namespace_topics(request: web.Request) -> web.Response:
+    """``GET .../{ns}/topics`` (what a client's regex subscription asks over HTTP)."""
+    namespace = existing_namespace(request)
+    return json_response(namespace_topics(service_of(request), namespace))
+
+
+# ---------------------------------------------------------------------------- policies
+
+
+async def get_dedup(request: web.Request) -> web.Response:
+    namespace = existing_namespace(request)
+    return json_response(service_of(request).policies.namespace_dedup.get(namespace))
+
+
+async def set_dedup(request: web.Request) -> web.Response:
+    namespace = existing_namespace(request)
+    enabled = await read_bool(request)
+    service = service_of(request)
+    await service.policies.set_namespace_dedup(namespace, enabled)
+    await apply_dedup_policies(service, namespace)
+    return no_content()
+
+
+async def remove_dedup(request: web.Request) -> web.Response:
+    namespace = existing_namespace(request)
+    service = service_of(request)
+    await service.policies.set_namespace_dedup(namespace, None)
+    await apply_dedup_policies(service, namespace)
+    return no_content()
+
+
+async def get_retention(request: web.Request) -> web.Response:
+    namespace = existing_namespace(request)
+    return json_response(service_of(request).policies.namespace_policy(namespace, RETENTION))
+
+
+async def set_retention(request: web.Request) -> web.Response:
+    namespace = existing_namespace(request)
+    policy = retention_body(await read_json(request))
+    service = service_of(request)
+    await service.policies.set_namespace_policy(namespace, RETENTION, policy)
+    apply_retention_policies(service)
+    return no_content()
+
+
+async def remove_retention(request: web.Request) -> web.Response:
+    namespace = existing_namespace(request)
+    service = service_of(request)
+    await service.policies.set_namespace_policy(namespace, RETENTION, None)
+    apply_retention_policies(service)
+    return no_content()
+
+
+async def get_compaction_threshold(request: web.Request) -> web.Response:
+    namespace = existing_namespace(request)
+    policies = service_of(request).policies
+    return json_response(policies.namespace_policy(namespace, COMPACTION_THRESHOLD))
+
+
+async def set_compaction_threshold(request: web.Request) -> web.Response:
+    """``PUT .../compactionThreshold`` (bytes; 0 disables), applied to loaded topics at once."""
+    namespace = existing_namespace(request)
+    threshold = await read_int(request, "compactionThreshold")
+    if threshold < 0:
+        raise AdminError(412, "compactionThreshold must be 0 or more")
+    service = service_of(request)
+    await service.policies.set_namespace_policy(namespace, COMPACTION_THRESHOLD, threshold)
+    apply_compaction_thresholds(service)
+    return no_content()
+
+
+async def remove_compaction_threshold(request: web.Request) -> web.Response:
+    namespace = existing_namespace(request)
+    service = service_of(request)
+    await service.policies.set_namespace_policy(namespace, COMPACTION_THRESHOLD, None)
+    apply_compaction_thresholds(service)
+    return no_content()
+
+
+async def get_ttl(request: web.Request) -> web.Response:
+    namespace = existing_namespace(request)
+    return json_response(service_of(request).policies.namespace_policy(namespace, MESSAGE_TTL))
+
+
+async def set_ttl(request: web.Request) -> web.Response:
+    namespace = existing_namespace(request)
+    seconds = await read_int(request, "messageTTL")
+    if seconds < 0:
+        raise AdminError(412, "Invalid value for message TTL")
+    await service_of(request).policies.set_namespace_policy(namespace, MESSAGE_TTL, seconds)
+    return no_content()
+
+
+async def remove_ttl(request: web.Request) -> web.Response:
+    namespace = existing_namespace(request)
+    await service_of(request).policies.set_namespace_policy(namespace, MESSAGE_TTL, None)
+    return no_content()
+
+
+async def get_auto_creation(request: web.Request) -> web.Response:
+    namespace = existing_namespace(request)
+    policies = service_of(request).policies
+    return json_response(policies.namespace_policy(namespace, AUTO_TOPIC_CREATION))
+
+
+async def set_auto_creation(request: web.Request) -> web.Response:
+    """Pulsar's ``AutoTopicCreationOverride``; only non-partitioned auto-creation exists here."""
+    namespace = existing_namespace(request)
+    document = await read_json(request)
+    if not isinstance(document, dict) or not isinstance(
+        document.get("allowAutoTopicCreation"), bool
+    ):
+        raise AdminError(400, 'Body must be {"allowAutoTopicCreation": true|false, ...}')
+    topic_type = document.get("topicType", "non-partitioned")
+    if document["allowAutoTopicCreation"] and topic_type != "non-partitioned":
+        raise AdminError(
+            412, f"topicType {topic_type!r} is not supported: only non-partitioned auto-creation"
+        )
+    policy = {"allowAutoTopicCreation": document["allowAutoTopicCreation"], "topicType": topic_type}
+    await service_of(request).policies.set_namespace_policy(namespace, AUTO_TOPIC_CREATION, policy)
+    return no_content()
+
+
+async def remove_auto_creation(request: web.Request) -> web.Response:
+    namespace = existing_namespace(request)
+    policies = service_of(request).policies
+    await policies.set_namespace_policy(namespace, AUTO_TOPIC_CREATION, None)
+    return no_content()
+
+
+def routes() -> list[web.RouteDef]:
+    return [
+        web.get("/admin/v2/namespaces/{tenant}", list_namespaces),
+        web.put(NAMESPACE, create_namespace),
+        web.get(NAMESPACE, get_policies),
+        web.delete(NAMESPACE, delete_namespace),
+        web.get(NAMESPACE + "/topics", list_namespace_topics),
+        web.get(NAMESPACE + "/deduplication", get_dedup),
+        web.post(NAMESPACE + "/deduplication", set_dedup),
+        web.delete(NAMESPACE + "/deduplication", remove_dedup),
+        web.get(NAMESPACE + "/retention", get_retention),
+        web.post(NAMESPACE + "/retention", set_retention),
+        web.delete(NAMESPACE + "/retention", remove_retention),
+        web.get(NAMESPACE + "/compactionThreshold", get_compaction_threshold),
+        web.put(NAMESPACE + "/compactionThreshold", set_compaction_threshold),
+        web.delete(NAMESPACE + "/compactionThreshold", remove_compaction_threshold),
+        web.get(NAMESPACE + "/messageTTL", get_ttl),
+        web.post(NAMESPACE + "/messageTTL", set_ttl),
+        web.delete(NAMESPACE + "/messageTTL", remove_ttl),
+        web.get(NAMESPACE + "/autoTopicCreation", get_auto_creation),
+        web.post(NAMESPACE + "/autoTopicCreation", set_auto_creation),
+        web.delete(NAMESPACE + "/autoTopicCreation", remove_auto_creation),
+    ]

@@ -1,0 +1,80 @@
+"""``Buckets``: counts of observations below fixed upper bounds (a histogram, no library).
+
+Domain code records latencies and sizes here with plain integers; ``broker.metrics`` turns
+them into Prometheus histograms at scrape time. Keeping the metrics library out of the hot path
+and out of storage keeps both importable and testable on their own.
+
+``observe`` is called from one thread at a time (the flush thread, or the event loop); a reader
+in another thread may see a count one observation ahead of the sum. Scrapes tolerate that.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "GROUP_ENTRIES_BOUNDS",
+    "LATENCY_MS_BOUNDS",
+    "Buckets",
+    "BucketsSnapshot",
+]
+
+# Pulsar's storage write latency thresholds, in milliseconds (pulsar_storage_write_latency_le_*).
+LATENCY_MS_BOUNDS: tuple[float, ...] = (0.5, 1, 5, 10, 20, 50, 100, 200, 1000)
+# Entries per group commit: powers of two up to a large pipelined burst.
+GROUP_ENTRIES_BOUNDS: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+
+
+@dataclass(frozen=True, slots=True)
+class BucketsSnapshot:
+    """Per-bucket (not cumulative) counts; the last count is above every bound."""
+
+    bounds: tuple[float, ...]
+    counts: tuple[int, ...]
+    total: float
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """``(upper bound, observations <= bound)`` pairs, ending with ``(inf, count)``."""
+        running = 0
+        pairs: list[tuple[float, int]] = []
+        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += count
+            pairs.append((bound, running))
+        return pairs
+
+    def merged(self, other: BucketsSnapshot) -> BucketsSnapshot:
+        """The sum of two snapshots with the same bounds (per-namespace aggregation)."""
+        if other.bounds != self.bounds:
+            raise ValueError("cannot merge buckets with different bounds")
+        counts = tuple(a + b for a, b in zip(self.counts, other.counts, strict=True))
+        return BucketsSnapshot(self.bounds, counts, self.total + other.total)
+
+
+class Buckets:
+    """Observation counts per bucket of ``bounds`` (upper bounds, inclusive, increasing)."""
+
+    __slots__ = ("_bounds", "_counts", "_total")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        if list(bounds) != sorted(set(bounds)):
+            raise ValueError("bounds must be strictly increasing")
+        self._bounds = tuple(float(b) for b in bounds)
+        self._counts = [0] * (len(self._bounds) + 1)
+        self._total = 0.0
+
+    def observe(self, value: float) -> None:
+        self._counts[bisect_left(self._bounds, value)] += 1
+        self._total += value
+
+    def snapshot(self) -> BucketsSnapshot:
+        return BucketsSnapshot(self._bounds, tuple(self._counts), self._total)
+
+    @classmethod
+    def empty_snapshot(cls, bounds: Sequence[float]) -> BucketsSnapshot:
+        return cls(bounds).snapshot()
