@@ -1,0 +1,124 @@
+"""Spark connector throughput: exactly-once vs at-least-once sink, and the source (``local[2]``).
+
+One broker subprocess (default settings: dedup on, fsync before every receipt) and one local[2]
+SparkSession. ``--rows`` rows of 100-byte values in 2 Spark partitions are written with
+``df.write.format("dedup-topic")`` exactly-once (named producers, explicit sequence ids, the
+sink's deterministic batches) and at-least-once (``exactlyOnce=false``: plain batched producers),
+each to a fresh topic, after a small warm-up write (Python workers and pyarrow start once). The
+source reads the exactly-once topic back with ``spark.read`` into Spark's ``noop`` sink (one
+task: one topic partition). Rows per second are wall time of the Spark action; "per core"
+divides by the tasks running at once (2 for the sink, 1 for the source), the figure the Kafka
+connector's benchmarks quote. Prints one JSON document.
+
+    .venv/bin/python bench/bench_spark.py --rows 200000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from spark_connector import configure_python_workers, register  # noqa: E402
+from tests.helpers import BrokerProcess  # noqa: E402
+
+ROW_BYTES = 100
+
+
+def rows_frame(spark: Any, count: int) -> Any:
+    """``count`` rows of one 100-byte binary value, in 2 partitions."""
+    return (
+        spark.range(0, count, 1, 2)
+        .selectExpr(f"cast(lpad(cast(id as string), {ROW_BYTES}, 'x') as binary) as value")
+        .cache()
+    )
+
+
+def write(frame: Any, url: str, topic: str, exactly_once: bool) -> float:
+    start = time.perf_counter()
+    (
+        frame.write.format("dedup-topic")
+        .option("service.url", url)
+        .option("topic", topic)
+        .option("exactlyOnce", str(exactly_once).lower())
+        .mode("append")
+        .save()
+    )
+    return time.perf_counter() - start
+
+
+def read(spark: Any, url: str, topic: str) -> float:
+    start = time.perf_counter()
+    (
+        spark.read.format("dedup-topic")
+        .option("service.url", url)
+        .option("topic", topic)
+        .load()
+        .write.format("noop")
+        .mode("overwrite")
+        .save()
+    )
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=200_000)
+    args = parser.parse_args()
+    configure_python_workers()
+    os.environ["PYTHONPATH"] = f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    from pyspark.sql import SparkSession
+
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = BrokerProcess(Path(tmp) / "data").start()
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("bench-spark")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        try:
+            frame = rows_frame(spark, args.rows)
+            frame.count()
+            warm = rows_frame(spark, 2000)
+            write(warm, broker.url, f"warm-{uuid.uuid4().hex}", True)
+            write(warm, broker.url, f"warm-{uuid.uuid4().hex}", False)
+            eo_topic = f"bench-eo-{uuid.uuid4().hex}"
+            eo = write(frame, broker.url, eo_topic, True)
+            alo = write(frame, broker.url, f"bench-alo-{uuid.uuid4().hex}", False)
+            read(spark, broker.url, eo_topic)  # warm the source path
+            source = read(spark, broker.url, eo_topic)
+        finally:
+            spark.stop()
+            broker.terminate()
+    rows = args.rows
+    result = {
+        "rows": rows,
+        "row_bytes": ROW_BYTES,
+        "master": "local[2]",
+        "sink_exactly_once_rows_per_s": round(rows / eo),
+        "sink_at_least_once_rows_per_s": round(rows / alo),
+        "sink_ratio_exactly_once_vs_at_least_once": round(alo / eo, 3),
+        "sink_exactly_once_rows_per_s_per_core": round(rows / eo / 2),
+        "sink_at_least_once_rows_per_s_per_core": round(rows / alo / 2),
+        "source_rows_per_s": round(rows / source),
+        "source_rows_per_s_per_core": round(rows / source),
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""Where the exactly-once sink's client batches end: a pure function of the row sequence.
+
+PIP-6 dedup judges a batch entry by its first and last sequence ids, so a replay is exact only if
+it forms the *same* batches as the attempt it repeats: then every entry is stored whole or
+dropped whole. A batch closing on a timer, or a partial batch flushed because a task failed,
+would cut elsewhere on replay (our broker then stores the straddling batch whole: duplicates).
+
+So the sink, not the client's timers, decides: rows of one producer are grouped into batches of
+``max_messages`` rows, or fewer when the next row would push the estimated bytes past
+``max_bytes`` (a row bigger than that goes alone). The sink hands a batch to the client only
+when it is complete (the client's count trigger, set to the same ``max_messages``, sends it at
+once; a batch closed by bytes is flushed), so a failing task leaves only whole batches behind.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BatchCutter", "cut_points", "row_bytes"]
+
+_RECORD_OVERHEAD = 32  # per-message metadata in a batch (ids, sizes, time), estimated
+
+
+def row_bytes(value: bytes | None, key: str | None, properties: dict[str, str] | None) -> int:
+    """Estimated bytes of a row inside a batch entry."""
+    size = _RECORD_OVERHEAD + (len(value) if value else 0) + (len(key) if key else 0)
+    if properties:
+        size += sum(len(k) + len(v) + 4 for k, v in properties.items())
+    return size
+
+
+class BatchCutter:
+    """Tracks the batch in progress of one producer."""
+
+    def __init__(self, max_messages: int, max_bytes: int) -> None:
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
+        self.count = 0
+        self.bytes = 0
+
+    def closes_before(self, size: int) -> bool:
+        """Whether the batch in progress must end before a row of ``size`` bytes joins it."""
+        return self.count > 0 and self.bytes + size > self.max_bytes
+
+    def add(self, size: int) -> bool:
+        """Add a row; True when the batch is now complete (count reached, or bytes)."""
+        self.count += 1
+        self.bytes += size
+        return self.count >= self.max_messages or self.bytes >= self.max_bytes
+
+    def reset(self) -> None:
+        self.count = 0
+        self.bytes = 0
+
+
+def cut_points(sizes: list[int], max_messages: int, max_bytes: int) -> list[int]:
+    """Row indexes where a new batch starts (after 0), for rows of ``sizes`` bytes."""
+    cutter = BatchCutter(max_messages, max_bytes)
+    cuts = []
+    for index, size in enumerate(sizes):
+        if cutter.closes_before(size):
+            cuts.append(index)
+            cutter.reset()
+        if cutter.add(size) and index + 1 < len(sizes):
+            cuts.append(index + 1)
+            cutter.reset()
+    return cuts

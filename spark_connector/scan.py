@@ -1,0 +1,196 @@
+"""Reading one topic partition from a ``Position``: the executors' ``read`` and the planner's count.
+
+A ``PartitionScan`` is a non-durable reader started at the start position's *entry* (inclusive,
+whole entry), which skips the batch indexes below the position's index itself: the broker
+delivers whole entries, and a position inside a batch (``maxOffsetsPerTrigger`` may cut there)
+must resume at that index exactly.
+
+Data loss: every position but ``EARLIEST`` names an entry the connector saw (or a message id a
+user gave), so the first message the reader delivers must come from that entry. If it comes
+from a later one, the entry is gone (topic deleted, or trimmed by retention ignoring the
+connector's cursor): ``DataLoss`` with ``failOnDataLoss=true``, else a warning and the scan goes
+on from what exists. The durable cursor (``cursor``) is kept one entry behind the committed
+position so retention never trims the entry a restart resumes at.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from client.errors import Timeout
+from client.message import Message
+from client.message_id import MessageId
+from client.sync import Client, Consumer, Reader
+from spark_connector.clients import fast_receiver, last_message_id
+from spark_connector.positions import EARLIEST, Position
+
+__all__ = ["DataLoss", "PartitionScan", "iter_range", "position_after", "position_of"]
+
+logger = logging.getLogger(__name__)
+
+
+class DataLoss(RuntimeError):
+    """Messages a query still needed are gone (the Kafka connector's failOnDataLoss case)."""
+
+
+def position_of(message: Message) -> Position:
+    mid = message.message_id()
+    return Position.of_message(mid.ledger_id(), mid.entry_id(), mid.batch_index())
+
+
+def position_after(message: Message) -> Position:
+    mid = message.message_id()
+    return Position.after_message(mid.ledger_id(), mid.entry_id(), mid.batch_index())
+
+
+def data_loss_message(topic: str, what: str) -> str:
+    return (
+        f"dedup-topic: {what} on {topic}. Some data may have been lost (the topic was deleted "
+        "or trimmed by retention). If this is expected, set the source option "
+        "failOnDataLoss=false (this may also be a false alarm for a hand-written offset)."
+    )
+
+
+class PartitionScan:
+    """Messages of one partition in order, from ``start`` (inclusive)."""
+
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        start: Position,
+        *,
+        fail_on_data_loss: bool,
+        poll_timeout_ms: int,
+        receiver_queue_size: int = 1000,
+    ) -> None:
+        self.topic = topic
+        self.start = start
+        self._client = client
+        self._fail = fail_on_data_loss
+        self._poll_timeout_ms = poll_timeout_ms
+        self._queue_size = receiver_queue_size
+        self._reader: Reader | None = None
+        self._receiver: Consumer | None = None
+        self._peeked: Message | None = None
+        self._checked = start.is_earliest
+        self.next_position = start
+        """The position after the last message taken (``start`` before any)."""
+
+    def _open(self) -> Reader:
+        if self._reader is None:
+            start = self.start
+            start_id = (
+                MessageId.earliest
+                if start.is_earliest
+                else MessageId(-1, start.ledger, start.entry, -1)
+            )
+            self._reader = self._client.create_reader(
+                self.topic,
+                start_id,
+                receiver_queue_size=self._queue_size,
+                start_message_id_inclusive=True,
+            )
+            self._receiver = fast_receiver(self._client, self._reader)
+        return self._reader
+
+    def last_message_id(self) -> MessageId:
+        """GET_LAST_MESSAGE_ID of the partition (entry id -1 when it is empty)."""
+        return last_message_id(self._client, self._open())
+
+    def peek(self, *, wait: bool) -> Message | None:
+        """The next message without taking it.
+
+        ``wait=False``: None when the broker has nothing more right now. ``wait=True``: wait up
+        to ``pollTimeoutMs``, then ``Timeout``.
+        """
+        while self._peeked is None:
+            reader = self._open()
+            if not wait and not reader.has_message_available():
+                return None
+            assert self._receiver is not None
+            message = self._receiver.receive(self._poll_timeout_ms)
+            if not self._checked:
+                self._checked = True
+                self._check_first(message)
+            if position_of(message) < self.start:
+                continue  # an index below the start inside the start entry
+            self._peeked = message
+        return self._peeked
+
+    def take(self) -> Message:
+        """Take the message ``peek`` returned."""
+        message = self._peeked
+        assert message is not None, "take() without a successful peek()"
+        self._peeked = None
+        self.next_position = position_after(message)
+        return message
+
+    def _check_first(self, message: Message) -> None:
+        mid = message.message_id()
+        start = self.start
+        if (mid.ledger_id(), mid.entry_id()) > (start.ledger, start.entry):
+            what = f"entry {start.ledger}:{start.entry} (start {start}) is gone, next is {mid}"
+            if self._fail:
+                raise DataLoss(data_loss_message(self.topic, what))
+            logger.warning("%s", data_loss_message(self.topic, what))
+
+    def close(self) -> None:
+        self._receiver = None
+        if self._reader is not None:
+            reader, self._reader = self._reader, None
+            try:
+                reader.close()
+            except Exception:
+                logger.debug("closing a reader of %s failed", self.topic, exc_info=True)
+
+
+def iter_range(
+    client: Client,
+    topic: str,
+    start: Position,
+    end: Position,
+    *,
+    fail_on_data_loss: bool,
+    poll_timeout_ms: int,
+) -> Iterator[Message]:
+    """Exactly the messages in ``[start, end)``, in order.
+
+    ``end`` below ``start`` means the partition went back (deleted and re-created): data loss;
+    without ``failOnDataLoss`` the range is read from the earliest message instead.
+
+    Raises:
+        DataLoss: see the module docstring (with ``failOnDataLoss``).
+    """
+    if end < start:
+        what = f"the end {end} of a batch is before its start {start}"
+        if fail_on_data_loss:
+            raise DataLoss(data_loss_message(topic, what))
+        logger.warning("%s", data_loss_message(topic, what))
+        start = EARLIEST
+    scan = PartitionScan(
+        client,
+        topic,
+        start,
+        fail_on_data_loss=fail_on_data_loss,
+        poll_timeout_ms=poll_timeout_ms,
+    )
+    try:
+        while True:
+            try:
+                message = scan.peek(wait=True)
+            except Timeout:
+                what = f"no message within pollTimeoutMs before the end {end}"
+                if fail_on_data_loss:
+                    raise DataLoss(data_loss_message(topic, what)) from None
+                logger.warning("%s", data_loss_message(topic, what))
+                return
+            assert message is not None
+            if position_of(message) >= end:
+                return
+            yield scan.take()
+            if scan.next_position == end:
+                return
+    finally:
+        scan.close()

@@ -1,0 +1,297 @@
+"""The source: batch ``DataSourceReader`` and streaming ``DataSourceStreamReader``.
+
+Process model (pyspark 4.3, reference §1.3): the stream reader that plans (``initialOffset``,
+``latestOffset``, ``partitions``, ``commit``) lives in one long-lived driver-side process per query
+run; ``read`` runs on executors in an unpickled *copy* that saw none of that state. So every
+``InputPartition`` carries all ``read`` needs, and ``partitions(start, end)`` is a pure function of
+its arguments (Spark calls it first on restart, and the sink's producer names depend on it).
+
+Exactly-once reads = Spark's offset log + a deterministic ``read(start, end)`` + retention of
+``[committed, head)`` by the durable cursor (``cursor``). Offsets are "next position to read"
+everywhere (``offsets``); ``ReadAllAvailable`` (``Trigger.Once``-like engines pass it) overrides
+``maxOffsetsPerTrigger``; ``Trigger.AvailableNow`` snapshots the latest positions first and never
+plans beyond them. ``stop()`` is not relied upon (Spark kills the planning process).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from client.message import Message
+from spark_connector.clients import shared_client
+from spark_connector.offsets import LATEST_SPEC, SourceOffset, canonical, parse_offset_specs
+from spark_connector.options import SourceOptions
+from spark_connector.planner import Planner, partitions_of
+from spark_connector.positions import EARLIEST, Position, pack
+from spark_connector.scan import iter_range
+
+__all__ = ["SOURCE_SCHEMA", "BatchReader", "StreamReader", "TopicRange"]
+
+logger = logging.getLogger(__name__)
+
+SOURCE_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset bigint, messageId string, "
+    "publishTime timestamp, eventTime timestamp, producerName string, sequenceId bigint, "
+    "properties map<string,string>"
+)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True)
+class TopicRange(InputPartition):
+    """``[start, end)`` of one partition: everything an executor's ``read`` needs."""
+
+    topic: str
+    partition: int
+    start: Position
+    end: Position
+
+
+def _ranges(start: SourceOffset, end: SourceOffset) -> list[InputPartition]:
+    return [
+        TopicRange(topic, partition, first, stop)
+        for topic, partition, first, stop in start.ranges(end)
+    ]
+
+
+def _timestamp(millis: int) -> dt.datetime:
+    return _EPOCH + dt.timedelta(milliseconds=millis)
+
+
+def to_row(message: Message, partition: int) -> tuple[Any, ...]:
+    """A source row (``SOURCE_SCHEMA`` order, Python values; used by tests and small reads)."""
+    mid = message.message_id()
+    key = message.partition_key()
+    event = message.event_timestamp()
+    return (
+        key.encode() if key else None,
+        message.data(),
+        message.topic_name(),
+        partition,
+        pack(mid.ledger_id(), mid.entry_id(), mid.batch_index()),
+        f"{mid.ledger_id()}:{mid.entry_id()}:{mid.batch_index()}",
+        _timestamp(message.publish_timestamp()),
+        _timestamp(event) if event else None,
+        message.producer_name(),
+        message.sequence_id(),
+        message.properties(),
+    )
+
+
+_MILLIS = pa.timestamp("ms", tz="UTC")
+_MICROS = pa.timestamp("us", tz="UTC")
+ARROW_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("messageId", pa.string()),
+        ("publishTime", _MICROS),
+        ("eventTime", _MICROS),
+        ("producerName", pa.string()),
+        ("sequenceId", pa.int64()),
+        ("properties", pa.map_(pa.string(), pa.string())),
+    ]
+)
+
+
+def to_record_batch(messages: list[Message], partition: int) -> pa.RecordBatch:
+    """Messages as one Arrow batch of ``ARROW_SCHEMA`` (no per-row Python objects for Spark)."""
+    keys: list[bytes | None] = []
+    values: list[bytes] = []
+    offsets: list[int] = []
+    ids: list[str] = []
+    published: list[int] = []
+    events: list[int | None] = []
+    producers: list[str] = []
+    sequences: list[int] = []
+    properties: list[list[tuple[str, str]] | None] = []
+    for message in messages:
+        mid = message.message_id()
+        key = message.partition_key()
+        event = message.event_timestamp()
+        ledger, entry, index = mid.ledger_id(), mid.entry_id(), mid.batch_index()
+        keys.append(key.encode() if key else None)
+        values.append(message.data())
+        offsets.append(pack(ledger, entry, index))
+        ids.append(f"{ledger}:{entry}:{index}")
+        published.append(message.publish_timestamp())
+        events.append(event or None)
+        producers.append(message.producer_name())
+        sequences.append(message.sequence_id())
+        props = message.properties()
+        properties.append(list(props.items()) if props else None)
+    count = len(messages)
+    topic = messages[0].topic_name() if messages else ""
+    columns = [
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.array([topic] * count, pa.string()),
+        pa.array([partition] * count, pa.int32()),
+        pa.array(offsets, pa.int64()),
+        pa.array(ids, pa.string()),
+        pa.array(published, _MILLIS).cast(_MICROS),
+        pa.array(events, _MILLIS).cast(_MICROS),
+        pa.array(producers, pa.string()),
+        pa.array(sequences, pa.int64()),
+        pa.array(properties, pa.map_(pa.string(), pa.string())),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+_ARROW_ROWS = 4096
+
+
+def read_range(options: SourceOptions, part: TopicRange) -> Iterator[pa.RecordBatch]:
+    """The partition's rows as Arrow batches of up to 4096 rows."""
+    client = shared_client(options.service_url, options.client_options)
+    chunk: list[Message] = []
+    for message in iter_range(
+        client,
+        part.topic,
+        part.start,
+        part.end,
+        fail_on_data_loss=options.fail_on_data_loss,
+        poll_timeout_ms=options.poll_timeout_ms,
+    ):
+        chunk.append(message)
+        if len(chunk) == _ARROW_ROWS:
+            yield to_record_batch(chunk, part.partition)
+            chunk = []
+    if chunk:
+        yield to_record_batch(chunk, part.partition)
+
+
+class BatchReader(DataSourceReader):
+    """``spark.read``: ``startingOffsets`` (default earliest) to ``endingOffsets`` (latest)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        planner = Planner(self.options)
+        topics = planner.topics()
+        starting = parse_offset_specs(self.options.starting_offsets or "earliest", topics)
+        ending = parse_offset_specs(self.options.ending_offsets, topics)
+        start = SourceOffset("batch", planner.resolve_all(starting, topics, "earliest"))
+        end = SourceOffset("batch", planner.resolve_all(ending, topics, LATEST_SPEC))
+        return _ranges(start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, TopicRange)
+        return read_range(self.options, partition)
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream``; see the module docstring."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._planner: Planner | None = None
+        self._initial: dict[str, Any] | None = None
+        self._snapshot: dict[tuple[str, int], Position] | None = None
+        self._cursor_at: SourceOffset | None = None
+
+    @property
+    def planner(self) -> Planner:
+        if self._planner is None:
+            self._planner = Planner(self.options)
+        return self._planner
+
+    def subscription(self, rid: str) -> str:
+        return self.options.subscription_name or f"spark-{rid}"
+
+    # --- limits -------------------------------------------------------------------------
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadMaxRows(limit) if limit is not None else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        planner = self.planner
+        self._snapshot = {
+            (topic, partition): planner.latest(topic, partition)
+            for topic in planner.topics()
+            for partition in partitions_of(topic)
+        }
+
+    # --- offsets ------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict[str, Any]:
+        # Called twice on a fresh query: resolve once ("latest" must not move in between).
+        if self._initial is None:
+            planner = self.planner
+            topics = planner.topics()
+            specs = parse_offset_specs(self.options.starting_offsets or LATEST_SPEC, topics)
+            offset = SourceOffset(
+                uuid.uuid4().hex[:16], planner.resolve_all(specs, topics, LATEST_SPEC)
+            )
+            for topic in offset.topics:
+                planner.cursor(topic, self.subscription(offset.rid)).ensure()
+            self._move_cursor(offset)
+            self._initial = offset.to_json()
+        return self._initial
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = SourceOffset.from_json(start)
+        # Spark plans a batch only after the previous one committed, so ``start`` is done:
+        # its own commit() call may come late (a restart with nothing new never makes it).
+        self._move_cursor(begin)
+        planner = self.planner
+        topics = sorted(set(planner.topics()) | set(begin.topics))
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        ends: dict[str, dict[int, Position]] = {}
+        for topic in topics:
+            ends[topic] = {}
+            for partition in partitions_of(topic):
+                first = begin.position(topic, partition) or EARLIEST
+                cap = self._snapshot.get((topic, partition)) if self._snapshot else None
+                if budget is None:
+                    end = planner.latest(topic, partition, first)
+                    if cap is not None:
+                        end = min(end, cap)
+                    if end < first:
+                        planner.check_not_behind(topic, partition, first)
+                elif budget == 0:
+                    end = first  # the budget is spent: this partition waits its turn
+                else:
+                    end, used = planner.advance(topic, partition, first, budget, cap)
+                    budget -= used
+                ends[topic][partition] = end
+        result: dict[str, Any] = canonical(SourceOffset(begin.rid, ends).to_json())
+        return result
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        return _ranges(SourceOffset.from_json(start), SourceOffset.from_json(end))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, TopicRange)
+        return read_range(self.options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._move_cursor(SourceOffset.from_json(end))
+
+    def _move_cursor(self, done: SourceOffset) -> None:
+        """Move the durable cursor to ``done`` (once per distinct offset)."""
+        if done != self._cursor_at:
+            self.planner.commit(done, self.subscription(done.rid))
+            self._cursor_at = done
+
+    def stop(self) -> None:
+        pass  # never observed to run; nothing relies on it
