@@ -392,13 +392,28 @@ class AsyncConsumer:
                 self._return_permits(dropped)
         await self._wait_ready()
 
-    async def get_last_message_id(self) -> tuple[WireMessageId, WireMessageId | None]:
+    async def get_last_message_id(self) -> MessageId:
+        """The id of the topic's last message (entry id -1 when it is empty), as the official
+        ``Consumer.get_last_message_id``.
+
+        The broker answers requests of one connection in order, so when this returns every
+        acknowledgement this consumer made before the call has reached the broker.
+        """
+        last, _ = await self.last_message_id_and_mark_delete()
+        return MessageId.from_wire(last)
+
+    async def last_message_id_and_mark_delete(
+        self,
+    ) -> tuple[WireMessageId, WireMessageId | None]:
         """The topic's last message id and this subscription's mark-delete position."""
         self._check_open()
         await self._wait_ready()
         cnx = self._cnx
         if cnx is None:
             raise NotConnected(f"consumer on {self._topic} is not connected")
+        # Grouped acknowledgements leave first: the broker answers a connection's commands in
+        # order, so the answer also tells the caller they arrived.
+        self._flush_acks()
         answer = await cnx.request(lambda rid: commands.get_last_message_id(self._consumer_id, rid))
         response = answer.getLastMessageIdResponse
         mark_delete = (

@@ -76,7 +76,7 @@ class AsyncReader(_Reader[AsyncConsumer]):
         consumer = self._consumer
         if consumer.queued:
             return True
-        last, mark_delete = await consumer.get_last_message_id()
+        last, mark_delete = await consumer.last_message_id_and_mark_delete()
         if consumer.queued:
             return True
         if last.entry_id < 0:
@@ -94,6 +94,10 @@ class AsyncReader(_Reader[AsyncConsumer]):
         if consumer.start_inclusive:
             return last_key >= start_key
         return last_key > start_key
+
+    async def get_last_message_id(self) -> MessageId:
+        """The id of the topic's last message (entry id -1 when it is empty)."""
+        return await self._consumer.get_last_message_id()
 
 
 class AsyncMultiTopicReader(_Reader[AsyncMultiTopicConsumer]):

@@ -41,6 +41,7 @@ from client.errors import (
     AlreadyClosed,
     ClientUsedAfterFork,
     InvalidMessage,
+    OperationNotSupported,
     ProducerQueueIsFull,
     PulsarException,
     Result,
@@ -55,7 +56,13 @@ from client.producer import AsyncProducer, PayloadEncoder, prepare_message
 from client.reader import AsyncMultiTopicReader, AsyncReader
 from client.routing import MessageRouter, PartitionsRoutingMode
 from client.table_view import AsyncTableView
-from protocol.enums import CompressionType, InitialPosition, ProducerAccessMode, SubType
+from protocol.enums import (
+    CompressionType,
+    InitialPosition,
+    ProducerAccessMode,
+    SubType,
+    TopicListMode,
+)
 
 __all__ = ["Client", "Consumer", "Producer", "Reader", "SendCallback"]
 
@@ -333,6 +340,12 @@ class Client:
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._run(self._async.get_topic_partitions(topic))
 
+    def get_topics_of_namespace(
+        self, namespace: str, mode: TopicListMode = TopicListMode.PERSISTENT
+    ) -> list[str]:
+        """The topics of ``tenant/namespace`` (partitions by their ``-partition-N`` names)."""
+        return self._run(self._async.get_topics_of_namespace(namespace, mode))
+
     def close(self) -> None:
         """Close producers and connections, then stop the loop thread; idempotent.
 
@@ -606,6 +619,19 @@ class Consumer:
                 raise Timeout(f"no message within {timeout_millis} ms")
             consumer.wait_queued(left)
 
+    def get_last_message_id(self) -> MessageId:
+        """The id of the topic's last message (entry id -1: empty); one topic only.
+
+        It is answered after everything this consumer sent before, acknowledgements included:
+        once it returns, those acknowledgements have reached the broker.
+        """
+        consumer = self._consumer
+        if not isinstance(consumer, AsyncConsumer):
+            raise OperationNotSupported(
+                f"{consumer.topic()} spans several topics or partitions: ask each partition"
+            )
+        return self._client._run(consumer.get_last_message_id())
+
     def batch_receive(self, max_num_messages: int = 100, timeout_ms: int = 100) -> list[Message]:
         return self._client._run(self._consumer.batch_receive(max_num_messages, timeout_ms))
 
@@ -647,12 +673,28 @@ class Reader:
     def __init__(self, client: Client, reader: AsyncReader | AsyncMultiTopicReader) -> None:
         self._client = client
         self._reader = reader
+        # One topic: read through the consumer facade's fast path (queued messages are taken
+        # without a round trip through the loop: about 6 us a message instead of 90 us).
+        self._receiver = (
+            Consumer(client, reader.consumer) if isinstance(reader, AsyncReader) else None
+        )
 
     def topic(self) -> str:
         return self._reader.topic()
 
     def read_next(self, timeout_millis: int | None = None) -> Message:
+        if self._receiver is not None:
+            return self._receiver.receive(timeout_millis)
         return self._client._run(self._reader.read_next(timeout_millis))
+
+    def get_last_message_id(self) -> MessageId:
+        """The id of the topic's last message (entry id -1: empty); one topic only."""
+        reader = self._reader
+        if not isinstance(reader, AsyncReader):
+            raise OperationNotSupported(
+                f"{reader.topic()} is partitioned: ask a reader of each partition"
+            )
+        return self._client._run(reader.get_last_message_id())
 
     def has_message_available(self) -> bool:
         return self._client._run(self._reader.has_message_available())

@@ -13,8 +13,8 @@ nothing new). Moving it means:
 * when ``end`` is inside a batch and the entry's size is known, a PIP-54 batch-index
   acknowledgement of the indexes below ``end``'s index, so the backlog counts messages exactly.
 
-Acknowledgements are confirmed by a round trip (``clients.acknowledged``): Spark may kill the
-planning process right after. Failures are logged, never raised: the cursor only bounds
+Acknowledgements are confirmed by a round trip (``Consumer.get_last_message_id``): Spark may
+kill the planning process right after. Failures are logged, never raised: the cursor only bounds
 retention, and a query must not fail because it could not move it (pulsar-spark #30). ``stop()``
 is never called by Spark, so the subscription outlives a deleted query: remove it with the admin
 API (``magnetar-admin topics unsubscribe``).
@@ -29,7 +29,6 @@ from client.errors import ConsumerBusy
 from client.message_id import MessageId
 from client.sync import Client, Consumer
 from protocol.enums import InitialPosition, SubType
-from spark_connector.clients import acknowledged
 from spark_connector.positions import Position
 
 __all__ = ["DurableCursor", "cursor_target"]
@@ -106,7 +105,8 @@ class DurableCursor:
                 consumer.acknowledge_cumulative(cumulative)
             if batch is not None:
                 consumer.acknowledge_cumulative(batch)
-            acknowledged(self._client, consumer)
+            # Answered after the acknowledgements: once it returns the broker has them.
+            consumer.get_last_message_id()
         except Exception:
             logger.warning(
                 "cannot move cursor %s on %s to %s",

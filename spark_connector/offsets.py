@@ -28,6 +28,7 @@ from spark_connector.options import canonical_topic
 from spark_connector.positions import EARLIEST, Position
 
 __all__ = [
+    "ALL_PARTITIONS",
     "EARLIEST_SPEC",
     "LATEST_SPEC",
     "OffsetSpec",
@@ -107,18 +108,23 @@ class SourceOffset:
         return out
 
 
+ALL_PARTITIONS = -1
+"""The partition key of a spec that applies to every partition of its topic."""
+
+
 def parse_offset_specs(text: str, default_topics: list[str]) -> dict[str, dict[int, OffsetSpec]]:
     """``startingOffsets``/``endingOffsets`` as ``{topic: {partition: spec}}``.
 
-    ``earliest``/``latest`` apply to ``default_topics`` (partition 0: topics are not partitioned
-    yet); a JSON object gives per-partition specs.
+    ``earliest``/``latest`` apply to every partition of ``default_topics`` (key
+    ``ALL_PARTITIONS``); a JSON object gives per-partition specs (a partition it leaves out
+    gets the caller's default).
 
     Raises:
         ValueError: neither form, naming the option's expected syntax.
     """
     stripped = text.strip()
     if stripped.lower() in (EARLIEST_SPEC, LATEST_SPEC):
-        return {topic: {0: stripped.lower()} for topic in default_topics}
+        return {topic: {ALL_PARTITIONS: stripped.lower()} for topic in default_topics}
     try:
         value = json.loads(stripped)
     except json.JSONDecodeError as exc:

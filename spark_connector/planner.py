@@ -12,8 +12,10 @@ reader's planner process. It keeps one ``PartitionScan`` per partition open acro
   budget is spent over partitions in (topic, partition) order;
 * a **cap** (``Trigger.AvailableNow``'s snapshot): never beyond it.
 
-Topics are non-partitioned for now (issue #13 brings partitioned topics): a topic maps to the
-list of its partitions, today ``[0]``; the code iterates that list everywhere.
+A topic maps to the list of its partitions: ``[0]`` for a non-partitioned topic (read as
+itself), ``[0, .., N-1]`` for a partitioned one (partition ``i`` read from ``-partition-i``),
+asked of the broker at every trigger, so partitions added by ``update-partitioned-topic`` join
+the query at the earliest position (offsets absent from ``start`` begin there).
 
 The batch size of every entry the planner saw at an end position is remembered, so the cursor
 can make a batch-index acknowledgement when a committed end falls inside a batch.
@@ -26,21 +28,22 @@ import re
 
 from client.sync import Client
 from protocol.topic_name import TopicName
-from spark_connector.clients import shared_client, topics_of_namespace
+from spark_connector.clients import partition_topics, shared_client
 from spark_connector.cursor import DurableCursor
-from spark_connector.offsets import EARLIEST_SPEC, LATEST_SPEC, OffsetSpec, SourceOffset
+from spark_connector.offsets import (
+    ALL_PARTITIONS,
+    EARLIEST_SPEC,
+    LATEST_SPEC,
+    OffsetSpec,
+    SourceOffset,
+)
 from spark_connector.options import SourceOptions
 from spark_connector.positions import EARLIEST, Position
 from spark_connector.scan import DataLoss, PartitionScan, data_loss_message, position_of
 
-__all__ = ["Planner", "partitions_of"]
+__all__ = ["Planner"]
 
 logger = logging.getLogger(__name__)
-
-
-def partitions_of(topic: str) -> list[int]:
-    """The partitions of a topic as the offsets name them (non-partitioned: ``[0]``)."""
-    return [0]
 
 
 class Planner:
@@ -51,6 +54,7 @@ class Planner:
         self._client: Client | None = None
         self._scans: dict[tuple[str, int], PartitionScan] = {}
         self._cursors: dict[str, DurableCursor] = {}
+        self._names: dict[str, list[str]] = {}
         self.batch_sizes: dict[tuple[str, int, Position], int] = {}
 
     @property
@@ -71,14 +75,31 @@ class Planner:
         if found:
             namespace = found.group(1)
         regex = re.compile(pattern)
-        out = []
-        for name in topics_of_namespace(self.client, namespace):
-            parsed = TopicName.parse(name)
-            if parsed.is_partition:
-                continue  # partitioned topics: issue #13
+        out = set()
+        for name in self.client.get_topics_of_namespace(namespace):
+            # A partitioned topic is listed by its partitions: match (and read) the topic.
+            parsed = TopicName.parse(TopicName.parse(name).partitioned_topic_name)
             if regex.fullmatch(parsed.full_name) or regex.fullmatch(parsed.local_name):
-                out.append(parsed.full_name)
+                out.add(parsed.full_name)
         return sorted(out)
+
+    def partitions_of(self, topic: str) -> list[int]:
+        """The topic's partition indexes now (``[0]`` when it is not partitioned)."""
+        names, _ = partition_topics(self.client, topic)
+        self._names[topic] = names
+        return list(range(len(names)))
+
+    def partition_topic(self, topic: str, partition: int) -> str:
+        """The topic holding ``partition`` (as of the last ``partitions_of``)."""
+        names = self._names.get(topic)
+        if names is None or partition >= len(names):
+            self.partitions_of(topic)
+            names = self._names[topic]
+        if partition >= len(names):
+            raise DataLoss(
+                data_loss_message(topic, f"partition {partition} is gone ({len(names)} left)")
+            )
+        return names[partition]
 
     # --- positions ----------------------------------------------------------------------
 
@@ -92,7 +113,7 @@ class Planner:
         if scan is None:
             scan = PartitionScan(
                 self.client,
-                topic,
+                self.partition_topic(topic, partition),
                 start,
                 fail_on_data_loss=self.options.fail_on_data_loss,
                 poll_timeout_ms=self.options.poll_timeout_ms,
@@ -150,9 +171,10 @@ class Planner:
         out: dict[str, dict[int, Position]] = {}
         for topic in topics:
             given = specs.get(topic, {})
+            every = given.get(ALL_PARTITIONS, default)
             out[topic] = {
-                partition: self.resolve(topic, partition, given.get(partition, default))
-                for partition in partitions_of(topic)
+                partition: self.resolve(topic, partition, given.get(partition, every))
+                for partition in self.partitions_of(topic)
             }
         return out
 
@@ -165,18 +187,20 @@ class Planner:
 
     # --- cursor -------------------------------------------------------------------------
 
-    def cursor(self, topic: str, subscription: str) -> DurableCursor:
-        found = self._cursors.get(topic)
+    def cursor(self, topic: str, partition: int, subscription: str) -> DurableCursor:
+        """The query's durable cursor on one partition (a subscription per partition topic)."""
+        name = self.partition_topic(topic, partition)
+        found = self._cursors.get(name)
         if found is None or found.subscription != subscription:
-            found = DurableCursor(self.client, topic, subscription)
-            self._cursors[topic] = found
+            found = DurableCursor(self.client, name, subscription)
+            self._cursors[name] = found
         return found
 
     def commit(self, offset: SourceOffset, subscription: str) -> None:
         for topic, parts in offset.topics.items():
             for partition, end in parts.items():
                 size = self.batch_sizes.get((topic, partition, end))
-                self.cursor(topic, subscription).move_to(end, size)
+                self.cursor(topic, partition, subscription).move_to(end, size)
         # Forget sizes of positions at or before what is now committed.
         self.batch_sizes = {
             key: size

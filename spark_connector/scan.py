@@ -21,11 +21,18 @@ from collections.abc import Iterator
 from client.errors import Timeout
 from client.message import Message
 from client.message_id import MessageId
-from client.sync import Client, Consumer, Reader
-from spark_connector.clients import fast_receiver, last_message_id
+from client.sync import Client, Reader
+from spark_connector.clients import partition_topics
 from spark_connector.positions import EARLIEST, Position
 
-__all__ = ["DataLoss", "PartitionScan", "iter_range", "position_after", "position_of"]
+__all__ = [
+    "DataLoss",
+    "PartitionScan",
+    "iter_range",
+    "partition_topic",
+    "position_after",
+    "position_of",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +59,21 @@ def data_loss_message(topic: str, what: str) -> str:
     )
 
 
+def partition_topic(client: Client, topic: str, partition: int) -> str:
+    """The topic holding partition ``partition`` of ``topic`` (itself when not partitioned).
+
+    Raises:
+        DataLoss: the topic has fewer partitions than the offsets name (deleted and re-created
+            smaller; Pulsar never shrinks a partitioned topic).
+    """
+    names, _ = partition_topics(client, topic)
+    if not 0 <= partition < len(names):
+        raise DataLoss(
+            data_loss_message(topic, f"partition {partition} is gone ({len(names)} partitions)")
+        )
+    return names[partition]
+
+
 class PartitionScan:
     """Messages of one partition in order, from ``start`` (inclusive)."""
 
@@ -72,7 +94,6 @@ class PartitionScan:
         self._poll_timeout_ms = poll_timeout_ms
         self._queue_size = receiver_queue_size
         self._reader: Reader | None = None
-        self._receiver: Consumer | None = None
         self._peeked: Message | None = None
         self._checked = start.is_earliest
         self.next_position = start
@@ -92,12 +113,11 @@ class PartitionScan:
                 receiver_queue_size=self._queue_size,
                 start_message_id_inclusive=True,
             )
-            self._receiver = fast_receiver(self._client, self._reader)
         return self._reader
 
     def last_message_id(self) -> MessageId:
         """GET_LAST_MESSAGE_ID of the partition (entry id -1 when it is empty)."""
-        return last_message_id(self._client, self._open())
+        return self._open().get_last_message_id()
 
     def peek(self, *, wait: bool) -> Message | None:
         """The next message without taking it.
@@ -109,8 +129,7 @@ class PartitionScan:
             reader = self._open()
             if not wait and not reader.has_message_available():
                 return None
-            assert self._receiver is not None
-            message = self._receiver.receive(self._poll_timeout_ms)
+            message = reader.read_next(self._poll_timeout_ms)
             if not self._checked:
                 self._checked = True
                 self._check_first(message)
@@ -137,7 +156,6 @@ class PartitionScan:
             logger.warning("%s", data_loss_message(self.topic, what))
 
     def close(self) -> None:
-        self._receiver = None
         if self._reader is not None:
             reader, self._reader = self._reader, None
             try:

@@ -27,6 +27,14 @@ Batch (non-streaming) writes have no query or batch id: batch id 0 and the ``wri
 (random per write when unset) stand in. Task retries are deduplicated; re-running a write with
 the same ``writeId`` writes nothing new (every row is a duplicate).
 
+**Partitioned output topics**: each task writes to partition ``i`` through a producer on its
+``-partition-i`` topic, with the same producer name on every partition (as Pulsar's partitioned
+producer) and the row's sequence id, so dedup holds per partition (a partition sees an
+increasing subsequence of the task's ids). The partition of a row is a pure function of the row
+(``route``): the ``partition`` column when set, else Pulsar's ``Murmur3_32Hash`` of the key, else
+round-robin by blocks of ``batchingMaxMessages`` rows (one per row without batching) starting at
+the Spark partition id, so a replay routes every row where its first attempt did.
+
 Requirements (documented in the README): the rows of a Spark partition and their order must be
 the same on replay (narrow pipelines from a replayable source such as this connector's); the
 output topic must keep its partitioning while a batch is uncommitted; the broker must keep the
@@ -56,12 +64,20 @@ from pyspark.sql.datasource import (
 from client.errors import ProducerBusy, Result
 from client.message_id import MessageId
 from client.sync import Client, Producer
+from protocol.hashing import murmur3_32_hash
 from spark_connector.batches import BatchCutter, row_bytes
-from spark_connector.clients import shared_client
+from spark_connector.clients import partition_topics, shared_client
 from spark_connector.faults import commit_fault, row_fault
 from spark_connector.options import OptionError, SinkOptions, canonical_topic
 
-__all__ = ["BatchWriter", "CheckpointReset", "SinkCommit", "StreamWriter", "sequence_id"]
+__all__ = [
+    "BatchWriter",
+    "CheckpointReset",
+    "SinkCommit",
+    "StreamWriter",
+    "route",
+    "sequence_id",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +114,39 @@ def check_not_reset(last_sequence_id: int, batch_id: int, producer_name: str) ->
             "as a duplicate. Use a new checkpoint location (new query id) or another "
             "producerNamePrefix."
         )
+
+
+def route(
+    partition: int | None,
+    key: str | None,
+    row_index: int,
+    partitions: int,
+    block: int,
+    first: int = 0,
+) -> int:
+    """The partition index of a row of a topic with ``partitions`` partitions (pure).
+
+    ``partitions == 0``: the topic is not partitioned, and only partition 0 (or none) exists.
+    Rows with neither a partition nor a key go round-robin by blocks of ``block`` rows,
+    starting at partition ``first`` (the Spark partition id, so tasks do not all start on
+    partition 0).
+
+    Raises:
+        OptionError: ``partition`` names a partition the topic does not have.
+    """
+    if partition is not None:
+        if not 0 <= partition < max(partitions, 1):
+            what = f"has {partitions} partitions" if partitions else "is not partitioned"
+            raise OptionError(
+                f"dedup-topic sink: row {row_index} asks for partition {partition} but the "
+                f"topic {what} (partition must be null or in [0, {max(partitions, 1)}))"
+            )
+        return partition
+    if partitions <= 1:
+        return 0
+    if key is not None:
+        return murmur3_32_hash(key.encode()) % partitions
+    return (row_index // block + first) % partitions
 
 
 @dataclass(frozen=True)
@@ -168,6 +217,7 @@ class _TaskWriter:
         self.cutters: dict[str, BatchCutter] = {}
         self.pending: dict[str, list[tuple[_Message, int]]] = {}
         self._topics: dict[str, str] = {}
+        self._partitions: dict[str, tuple[list[str], int]] = {}
 
     @property
     def producer_name(self) -> str | None:
@@ -228,6 +278,20 @@ class _TaskWriter:
             found = self._topics[name] = canonical_topic(name)
         return found
 
+    def target_of(self, topic: str, message: _Message, row_index: int) -> str:
+        """The topic (``topic`` or one of its partitions) the row is written to."""
+        found = self._partitions.get(topic)
+        if found is None:
+            names, partitioned = partition_topics(self.client, topic)
+            found = self._partitions[topic] = (names, len(names) if partitioned else 0)
+        names, partitions = found
+        options = self.options
+        block = options.batching_max_messages if options.batching_enabled else 1
+        index = route(
+            message.partition, message.key, row_index, partitions, block, self.task.partition
+        )
+        return names[index]
+
     def write(self, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
         task = self.task
         hook = row_fault(self.options.fault_dir, task.batch_id, task.partition)
@@ -235,11 +299,11 @@ class _TaskWriter:
         try:
             for batch in batches:
                 for message in _messages(batch, self.plan):
-                    topic = self.topic_of(message.topic)
+                    target = self.target_of(self.topic_of(message.topic), message, rows)
                     if self.options.exactly_once:
-                        self._add(topic, message, sequence_id(task.batch_id, rows))
+                        self._add(target, message, sequence_id(task.batch_id, rows))
                     else:
-                        self._send(topic, message, None)
+                        self._send(target, message, None)
                     rows += 1
                     if hook is not None:
                         hook(rows, self.flush)
@@ -317,6 +381,7 @@ class _Message:
     value: bytes | None
     key: str | None
     topic: str | None
+    partition: int | None
     event_time: int | None
     properties: dict[str, str] | None
 
@@ -340,17 +405,12 @@ def _messages(batch: pa.RecordBatch, plan: dict[str, int]) -> Iterator[_Message]
     events = column("eventTime", _millis)
     properties = column("properties")
     for i in range(count):
-        partition = partitions[i]
-        if partition is not None and partition != 0:
-            raise OptionError(
-                f"dedup-topic sink: row {i} asks for partition {partition} but topics are "
-                "not partitioned (partition must be null or 0)"
-            )
         props = properties[i]
         yield _Message(
             values[i],
             keys[i],
             topics[i],
+            partitions[i],
             events[i],
             dict(props) if props else None,
         )

@@ -35,9 +35,9 @@ from client.message import Message
 from spark_connector.clients import shared_client
 from spark_connector.offsets import LATEST_SPEC, SourceOffset, canonical, parse_offset_specs
 from spark_connector.options import SourceOptions
-from spark_connector.planner import Planner, partitions_of
+from spark_connector.planner import Planner
 from spark_connector.positions import EARLIEST, Position, pack
-from spark_connector.scan import iter_range
+from spark_connector.scan import DataLoss, iter_range, partition_topic
 
 __all__ = ["SOURCE_SCHEMA", "BatchReader", "StreamReader", "TopicRange"]
 
@@ -72,26 +72,6 @@ def _timestamp(millis: int) -> dt.datetime:
     return _EPOCH + dt.timedelta(milliseconds=millis)
 
 
-def to_row(message: Message, partition: int) -> tuple[Any, ...]:
-    """A source row (``SOURCE_SCHEMA`` order, Python values; used by tests and small reads)."""
-    mid = message.message_id()
-    key = message.partition_key()
-    event = message.event_timestamp()
-    return (
-        key.encode() if key else None,
-        message.data(),
-        message.topic_name(),
-        partition,
-        pack(mid.ledger_id(), mid.entry_id(), mid.batch_index()),
-        f"{mid.ledger_id()}:{mid.entry_id()}:{mid.batch_index()}",
-        _timestamp(message.publish_timestamp()),
-        _timestamp(event) if event else None,
-        message.producer_name(),
-        message.sequence_id(),
-        message.properties(),
-    )
-
-
 _MILLIS = pa.timestamp("ms", tz="UTC")
 _MICROS = pa.timestamp("us", tz="UTC")
 ARROW_SCHEMA = pa.schema(
@@ -111,8 +91,12 @@ ARROW_SCHEMA = pa.schema(
 )
 
 
-def to_record_batch(messages: list[Message], partition: int) -> pa.RecordBatch:
-    """Messages as one Arrow batch of ``ARROW_SCHEMA`` (no per-row Python objects for Spark)."""
+def to_record_batch(messages: list[Message], topic: str, partition: int) -> pa.RecordBatch:
+    """Messages as one Arrow batch of ``ARROW_SCHEMA`` (no per-row Python objects for Spark).
+
+    ``topic`` and ``partition`` are the columns' values: the topic as the query names it (a
+    partitioned topic's name, not its ``-partition-N`` topic) and the partition index.
+    """
     keys: list[bytes | None] = []
     values: list[bytes] = []
     offsets: list[int] = []
@@ -138,7 +122,6 @@ def to_record_batch(messages: list[Message], partition: int) -> pa.RecordBatch:
         props = message.properties()
         properties.append(list(props.items()) if props else None)
     count = len(messages)
-    topic = messages[0].topic_name() if messages else ""
     columns = [
         pa.array(keys, pa.binary()),
         pa.array(values, pa.binary()),
@@ -161,10 +144,17 @@ _ARROW_ROWS = 4096
 def read_range(options: SourceOptions, part: TopicRange) -> Iterator[pa.RecordBatch]:
     """The partition's rows as Arrow batches of up to 4096 rows."""
     client = shared_client(options.service_url, options.client_options)
+    try:
+        source = partition_topic(client, part.topic, part.partition)
+    except DataLoss:
+        if options.fail_on_data_loss:
+            raise
+        logger.warning("%s partition %d is gone: nothing to read", part.topic, part.partition)
+        return
     chunk: list[Message] = []
     for message in iter_range(
         client,
-        part.topic,
+        source,
         part.start,
         part.end,
         fail_on_data_loss=options.fail_on_data_loss,
@@ -172,10 +162,10 @@ def read_range(options: SourceOptions, part: TopicRange) -> Iterator[pa.RecordBa
     ):
         chunk.append(message)
         if len(chunk) == _ARROW_ROWS:
-            yield to_record_batch(chunk, part.partition)
+            yield to_record_batch(chunk, part.topic, part.partition)
             chunk = []
     if chunk:
-        yield to_record_batch(chunk, part.partition)
+        yield to_record_batch(chunk, part.topic, part.partition)
 
 
 class BatchReader(DataSourceReader):
@@ -228,7 +218,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._snapshot = {
             (topic, partition): planner.latest(topic, partition)
             for topic in planner.topics()
-            for partition in partitions_of(topic)
+            for partition in planner.partitions_of(topic)
         }
 
     # --- offsets ------------------------------------------------------------------------
@@ -242,8 +232,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             offset = SourceOffset(
                 uuid.uuid4().hex[:16], planner.resolve_all(specs, topics, LATEST_SPEC)
             )
-            for topic in offset.topics:
-                planner.cursor(topic, self.subscription(offset.rid)).ensure()
+            for topic, parts in offset.topics.items():
+                for partition in parts:
+                    planner.cursor(topic, partition, self.subscription(offset.rid)).ensure()
             self._move_cursor(offset)
             self._initial = offset.to_json()
         return self._initial
@@ -259,7 +250,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ends: dict[str, dict[int, Position]] = {}
         for topic in topics:
             ends[topic] = {}
-            for partition in partitions_of(topic):
+            known = set(begin.topics.get(topic, {}))
+            for partition in sorted(known | set(planner.partitions_of(topic))):
                 first = begin.position(topic, partition) or EARLIEST
                 cap = self._snapshot.get((topic, partition)) if self._snapshot else None
                 if budget is None:

@@ -6,6 +6,7 @@ import concurrent.futures
 import os
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +15,15 @@ import pulsar
 import pytest
 
 from client import Client, ClientUsedAfterFork, MessageId, ProducerQueueIsFull, Result
-from client.errors import AlreadyClosed, Timeout
-from tests.helpers import BrokerThread, broker_config, close_client, new_client, wait_until
+from client.errors import AlreadyClosed, OperationNotSupported, Timeout
+from tests.helpers import (
+    BrokerThread,
+    broker_config,
+    close_client,
+    new_client,
+    topic_stats,
+    wait_until,
+)
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
@@ -284,3 +292,50 @@ def test_blocking_receive_waits_for_a_later_message_times_out_and_wakes_on_close
             consumer.close()
             with pytest.raises(AlreadyClosed):
                 waiting.result(10)
+
+
+def test_last_message_id_proves_acks_arrived_and_readers_read_through_the_fast_path(
+    running: BrokerThread,
+) -> None:
+    topic = new_topic()
+    with Client(running.url) as client:
+        consumer = client.subscribe(topic, "sub", receiver_queue_size=4)
+        reader = client.create_reader(topic, MessageId.earliest, receiver_queue_size=4)
+        assert consumer.get_last_message_id().entry_id() == -1  # empty topic
+        producer = client.create_producer(topic, batching_enabled=False)
+        sent = [producer.send(str(i).encode()) for i in range(12)]
+        assert consumer.get_last_message_id() == sent[-1]
+        assert reader.get_last_message_id() == sent[-1]
+        # A reader reads through the consumer facade's fast path: a 4-message queue, 12
+        # messages, in order (a permit not returned would stall it at the 5th).
+        assert [reader.read_next(5_000).message_id() for _ in range(12)] == sent
+        assert not reader.has_message_available()
+        for _ in range(12):
+            consumer.acknowledge(consumer.receive(5_000))
+        # The acknowledgements are fire-and-forget; the answer comes after them.
+        consumer.get_last_message_id()
+        stats = topic_stats(running.http, topic)
+        assert stats["subscriptions"]["sub"]["msgBacklog"] == 0
+
+
+def test_topics_of_namespace_lists_the_partitions_of_a_partitioned_topic(
+    running: BrokerThread,
+) -> None:
+    name = f"sync-ns-{uuid.uuid4().hex[:8]}"
+    request = urllib.request.Request(
+        f"{running.http}/admin/v2/persistent/public/default/{name}/partitions",
+        data=b"2",
+        method="PUT",
+        headers={"Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(request, timeout=10).close()
+    with Client(running.url) as client:
+        full = f"persistent://public/default/{name}"
+        assert client.get_topic_partitions(name) == [f"{full}-partition-{i}" for i in (0, 1)]
+        # Partitions show up in the namespace's list once they exist as topics.
+        client.create_producer(name).close()
+        listed = client.get_topics_of_namespace("public/default")
+        assert {f"{full}-partition-0", f"{full}-partition-1"} <= set(listed)
+        consumer = client.subscribe(name, "sub")
+        with pytest.raises(OperationNotSupported):
+            consumer.get_last_message_id()

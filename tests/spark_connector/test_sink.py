@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from protocol.hashing import murmur3_32_hash
 from spark_connector.cursor import cursor_target
+from spark_connector.options import OptionError
 from spark_connector.positions import EARLIEST, Position
-from spark_connector.sink import CheckpointReset, check_not_reset, sequence_id
+from spark_connector.sink import CheckpointReset, check_not_reset, route, sequence_id
 
 
 def test_sequence_ids_grow_across_batches() -> None:
@@ -41,3 +43,23 @@ def test_cursor_keeps_the_resume_entry() -> None:
     assert cursor_target(Position(4, 10, 3), None)[1] is None
     assert cursor_target(Position(4, 0, 0), None) == (None, None)
     assert cursor_target(EARLIEST, None) == (None, None)
+
+
+def test_route_explicit_partition_wins_then_key_hash_then_blocks() -> None:
+    assert route(3, "k", 0, 4, 10) == 3
+    assert route(None, "k", 7, 4, 10) == murmur3_32_hash(b"k") % 4
+    # Keyless rows: blocks of ``block`` rows, round-robin, starting at ``first``.
+    assert [route(None, None, i, 4, 2, first=1) for i in range(8)] == [1, 1, 2, 2, 3, 3, 0, 0]
+    # Not partitioned (0) or one partition: always 0.
+    assert {
+        route(None, key, i, n, 1) for key in (None, "a", "b") for i in range(5) for n in (0, 1)
+    } == {0}
+
+
+def test_route_refuses_a_partition_the_topic_does_not_have() -> None:
+    with pytest.raises(OptionError, match="has 4 partitions"):
+        route(4, None, 0, 4, 1)
+    with pytest.raises(OptionError, match="is not partitioned"):
+        route(1, None, 0, 0, 1)
+    with pytest.raises(OptionError, match="has 4 partitions"):
+        route(-1, None, 0, 4, 1)
