@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from spark_connector.offsets import SourceOffset, canonical, parse_offset_specs
+from spark_connector.offsets import ALL_PARTITIONS, SourceOffset, canonical, parse_offset_specs
 from spark_connector.positions import EARLIEST, Position, pack
 
 A = "persistent://public/default/a"
@@ -41,8 +41,13 @@ def test_foreign_offsets_are_refused(bad: object) -> None:
 
 
 def test_offset_specs() -> None:
-    assert parse_offset_specs(" Earliest ", [A, B]) == {A: {0: "earliest"}, B: {0: "earliest"}}
-    assert parse_offset_specs("latest", [A]) == {A: {0: "latest"}}
+    # A word applies to every partition of each topic.
+    every = ALL_PARTITIONS
+    assert parse_offset_specs(" Earliest ", [A, B]) == {
+        A: {every: "earliest"},
+        B: {every: "earliest"},
+    }
+    assert parse_offset_specs("latest", [A]) == {A: {every: "latest"}}
     text = json.dumps({A: {"0": -2}, B: {"0": pack(4, 2, 1)}, "c": {"0": -1}})
     assert parse_offset_specs(text, []) == {
         A: {0: "earliest"},
