@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from client import compression
 from client.batching import BatchBuilder, OutgoingMessage, message_metadata
 from client.chunking import ChunkAssembler, split_into_chunks
+from protocol import compression
 from protocol.enums import CompressionType
 from protocol.ids import MessageId
 from protocol.metadata import decode_entry

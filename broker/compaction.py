@@ -50,9 +50,9 @@ from broker.storage.compacted import (
     write_view,
 )
 from broker.storage.files import FileLayer
-from client.compression import decode as decompress
-from client.compression import encode as compress
 from protocol.batch import split_batch
+from protocol.compression import decode as decompress
+from protocol.compression import encode as compress
 from protocol.errors import RemoteProtocolError
 from protocol.metadata import decode_entry, encode_entry
 from protocol.topic_name import PERSISTENT

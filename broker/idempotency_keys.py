@@ -15,10 +15,10 @@ from __future__ import annotations
 import struct
 import threading
 
-from client.compression import CompressionError
-from client.compression import decode as decompress
 from protocol._pb import PulsarApi_pb2 as pb
 from protocol.batch import split_batch
+from protocol.compression import CompressionError
+from protocol.compression import decode as decompress
 from protocol.errors import RemoteProtocolError
 
 __all__ = ["EntryKeys", "entry_keys"]

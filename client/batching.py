@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import NamedTuple
 
-from client import compression
-from protocol import commands, pb
+from protocol import commands, compression, pb
 from protocol.batch import SingleMessage
 from protocol.enums import CompressionType
 from protocol.framing import encode_payload_command

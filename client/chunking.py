@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from client.compression import DEFAULT_MAX_UNCOMPRESSED_SIZE
 from protocol import commands, pb
+from protocol.compression import DEFAULT_MAX_UNCOMPRESSED_SIZE
 from protocol.ids import MessageId
 from protocol.metadata import encode_entry
 

@@ -45,7 +45,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from client import compression
 from client.acks import BatchAcks, EntryKey, ack_set_words, unacked_indexes
 from client.chunking import ChunkAssembler, ChunkOutcome, is_chunk
 from client.config import ClientConfig
@@ -60,7 +59,15 @@ from client.errors import (
 )
 from client.message import Message, PayloadDecoder
 from client.message_id import MessageId
-from protocol import Frame, RemoteProtocolError, commands, decode_entry, pb, split_batch
+from protocol import (
+    Frame,
+    RemoteProtocolError,
+    commands,
+    compression,
+    decode_entry,
+    pb,
+    split_batch,
+)
 from protocol.commands import AckIdentity
 from protocol.enums import AckType, AckValidationError, InitialPosition, SubType
 from protocol.ids import MessageId as WireMessageId

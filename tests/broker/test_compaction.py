@@ -11,10 +11,10 @@ import pytest
 from broker.compaction import compact, compaction_input, phase_one
 from broker.storage import CorruptLedgerError, Ledger, LedgerConfig, OsFileLayer, Position
 from broker.storage.compacted import CompactedView, load_view, open_view, view_file, write_view
-from client.compression import decode as decompress
-from client.compression import encode as compress
 from protocol import pb
 from protocol.batch import SingleMessage, decode_batch, encode_batch
+from protocol.compression import decode as decompress
+from protocol.compression import encode as compress
 from protocol.metadata import decode_entry, encode_entry
 
 

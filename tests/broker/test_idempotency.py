@@ -21,8 +21,7 @@ from broker.idempotency_keys import entry_keys
 from broker.idempotency_recovery import decode_snapshot, encode_snapshot
 from broker.storage import Position
 from broker.subscription import unacked_indexes
-from client import compression
-from protocol import pb
+from protocol import compression, pb
 from protocol.batch import SingleMessage, encode_batch
 from protocol.enums import CompressionType
 from protocol.metadata import encode_entry

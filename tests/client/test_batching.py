@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client import compression
 from client.batching import (
     BatchBuilder,
     BuiltEntry,
@@ -16,7 +15,7 @@ from client.batching import (
     _record_header,
     encode_message,
 )
-from protocol import commands, pb
+from protocol import commands, compression, pb
 from protocol.batch import decode_batch
 from protocol.enums import CompressionType
 from protocol.framing import FrameDecoder

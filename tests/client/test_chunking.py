@@ -9,7 +9,6 @@ import random
 import pulsar
 import pytest
 
-from client import compression
 from client.batching import OutgoingMessage, compress_payload, message_metadata
 from client.chunking import (
     ChunkAssembler,
@@ -20,7 +19,7 @@ from client.chunking import (
     is_chunk,
     split_into_chunks,
 )
-from protocol import commands, pb
+from protocol import commands, compression, pb
 from protocol.enums import CompressionType, InitialPosition, SubType
 from protocol.framing import FrameDecoder
 from protocol.ids import MessageId

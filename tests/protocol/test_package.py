@@ -22,6 +22,8 @@ ALLOWED_TOP_LEVEL = {
     "crc32c",
     # mmh3: Pulsar's Murmur3-32 key hash, a pure function over bytes
     "mmh3",
+    # cramjam: Pulsar's payload codecs, pure functions over bytes
+    "cramjam",
     "grpc_tools",
     "protocol",
 }

@@ -11,11 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client import compression
 from client.batching import BatchBuilder, OutgoingMessage, encode_message
-from client.compression import CompressionError
-from protocol import commands
+from protocol import commands, compression
 from protocol.batch import decode_batch
+from protocol.compression import CompressionError
 from protocol.enums import AckValidationError, CompressionType, InitialPosition, SubType
 from protocol.metadata import decode_entry
 from tests.helpers import BrokerThread, close_client, new_client
