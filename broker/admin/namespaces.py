@@ -8,6 +8,10 @@ deletes its topics first.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
 from aiohttp import web
 
 from broker.admin.common import (
@@ -38,6 +42,9 @@ from broker.metadata_store import (
     RETENTION,
 )
 from protocol.topic_name import TopicName
+
+if TYPE_CHECKING:
+    from broker.server import BrokerService
 
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{ns}"
 
@@ -144,83 +151,27 @@ async def remove_dedup(request: web.Request) -> web.Response:
     return no_content()
 
 
-async def get_retention(request: web.Request) -> web.Response:
-    namespace = existing_namespace(request)
-    return json_response(service_of(request).policies.namespace_policy(namespace, RETENTION))
+async def retention_value(request: web.Request) -> Any:
+    return retention_body(await read_json(request))
 
 
-async def set_retention(request: web.Request) -> web.Response:
-    namespace = existing_namespace(request)
-    policy = retention_body(await read_json(request))
-    service = service_of(request)
-    await service.policies.set_namespace_policy(namespace, RETENTION, policy)
-    apply_retention_policies(service)
-    return no_content()
-
-
-async def remove_retention(request: web.Request) -> web.Response:
-    namespace = existing_namespace(request)
-    service = service_of(request)
-    await service.policies.set_namespace_policy(namespace, RETENTION, None)
-    apply_retention_policies(service)
-    return no_content()
-
-
-async def get_compaction_threshold(request: web.Request) -> web.Response:
-    namespace = existing_namespace(request)
-    policies = service_of(request).policies
-    return json_response(policies.namespace_policy(namespace, COMPACTION_THRESHOLD))
-
-
-async def set_compaction_threshold(request: web.Request) -> web.Response:
-    """``PUT .../compactionThreshold`` (bytes; 0 disables), applied to loaded topics at once."""
-    namespace = existing_namespace(request)
+async def compaction_threshold_value(request: web.Request) -> Any:
+    """Bytes; 0 disables."""
     threshold = await read_int(request, "compactionThreshold")
     if threshold < 0:
         raise AdminError(412, "compactionThreshold must be 0 or more")
-    service = service_of(request)
-    await service.policies.set_namespace_policy(namespace, COMPACTION_THRESHOLD, threshold)
-    apply_compaction_thresholds(service)
-    return no_content()
+    return threshold
 
 
-async def remove_compaction_threshold(request: web.Request) -> web.Response:
-    namespace = existing_namespace(request)
-    service = service_of(request)
-    await service.policies.set_namespace_policy(namespace, COMPACTION_THRESHOLD, None)
-    apply_compaction_thresholds(service)
-    return no_content()
-
-
-async def get_ttl(request: web.Request) -> web.Response:
-    namespace = existing_namespace(request)
-    return json_response(service_of(request).policies.namespace_policy(namespace, MESSAGE_TTL))
-
-
-async def set_ttl(request: web.Request) -> web.Response:
-    namespace = existing_namespace(request)
+async def ttl_value(request: web.Request) -> Any:
     seconds = await read_int(request, "messageTTL")
     if seconds < 0:
         raise AdminError(412, "Invalid value for message TTL")
-    await service_of(request).policies.set_namespace_policy(namespace, MESSAGE_TTL, seconds)
-    return no_content()
+    return seconds
 
 
-async def remove_ttl(request: web.Request) -> web.Response:
-    namespace = existing_namespace(request)
-    await service_of(request).policies.set_namespace_policy(namespace, MESSAGE_TTL, None)
-    return no_content()
-
-
-async def get_auto_creation(request: web.Request) -> web.Response:
-    namespace = existing_namespace(request)
-    policies = service_of(request).policies
-    return json_response(policies.namespace_policy(namespace, AUTO_TOPIC_CREATION))
-
-
-async def set_auto_creation(request: web.Request) -> web.Response:
+async def auto_creation_value(request: web.Request) -> Any:
     """Pulsar's ``AutoTopicCreationOverride``; only non-partitioned auto-creation exists here."""
-    namespace = existing_namespace(request)
     document = await read_json(request)
     if not isinstance(document, dict) or not isinstance(
         document.get("allowAutoTopicCreation"), bool
@@ -231,16 +182,63 @@ async def set_auto_creation(request: web.Request) -> web.Response:
         raise AdminError(
             412, f"topicType {topic_type!r} is not supported: only non-partitioned auto-creation"
         )
-    policy = {"allowAutoTopicCreation": document["allowAutoTopicCreation"], "topicType": topic_type}
-    await service_of(request).policies.set_namespace_policy(namespace, AUTO_TOPIC_CREATION, policy)
-    return no_content()
+    return {"allowAutoTopicCreation": document["allowAutoTopicCreation"], "topicType": topic_type}
 
 
-async def remove_auto_creation(request: web.Request) -> web.Response:
-    namespace = existing_namespace(request)
-    policies = service_of(request).policies
-    await policies.set_namespace_policy(namespace, AUTO_TOPIC_CREATION, None)
-    return no_content()
+@dataclass(frozen=True)
+class NamespacePolicy:
+    """One stored namespace policy and its REST trio: ``GET``, set (``method``), ``DELETE``.
+
+    ``read`` turns a request body into the stored value (raising ``AdminError`` on bad input);
+    ``apply`` pushes a change to the loaded topics at once (None: topics read it when needed).
+    """
+
+    path: str
+    key: str
+    method: str
+    read: Callable[[web.Request], Awaitable[Any]]
+    apply: Callable[[BrokerService], None] | None = None
+
+    async def get(self, request: web.Request) -> web.Response:
+        namespace = existing_namespace(request)
+        return json_response(service_of(request).policies.namespace_policy(namespace, self.key))
+
+    async def set(self, request: web.Request) -> web.Response:
+        namespace = existing_namespace(request)
+        value = await self.read(request)
+        return await self._store(request, namespace, value)
+
+    async def remove(self, request: web.Request) -> web.Response:
+        return await self._store(request, existing_namespace(request), None)
+
+    async def _store(self, request: web.Request, namespace: str, value: Any) -> web.Response:
+        service = service_of(request)
+        await service.policies.set_namespace_policy(namespace, self.key, value)
+        if self.apply is not None:
+            self.apply(service)
+        return no_content()
+
+    def routes(self) -> list[web.RouteDef]:
+        path = f"{NAMESPACE}/{self.path}"
+        return [
+            web.get(path, self.get),
+            web.route(self.method, path, self.set),
+            web.delete(path, self.remove),
+        ]
+
+
+POLICIES = (
+    NamespacePolicy("retention", RETENTION, "POST", retention_value, apply_retention_policies),
+    NamespacePolicy(
+        "compactionThreshold",
+        COMPACTION_THRESHOLD,
+        "PUT",
+        compaction_threshold_value,
+        apply_compaction_thresholds,
+    ),
+    NamespacePolicy("messageTTL", MESSAGE_TTL, "POST", ttl_value),
+    NamespacePolicy("autoTopicCreation", AUTO_TOPIC_CREATION, "POST", auto_creation_value),
+)
 
 
 def routes() -> list[web.RouteDef]:
@@ -253,16 +251,5 @@ def routes() -> list[web.RouteDef]:
         web.get(NAMESPACE + "/deduplication", get_dedup),
         web.post(NAMESPACE + "/deduplication", set_dedup),
         web.delete(NAMESPACE + "/deduplication", remove_dedup),
-        web.get(NAMESPACE + "/retention", get_retention),
-        web.post(NAMESPACE + "/retention", set_retention),
-        web.delete(NAMESPACE + "/retention", remove_retention),
-        web.get(NAMESPACE + "/compactionThreshold", get_compaction_threshold),
-        web.put(NAMESPACE + "/compactionThreshold", set_compaction_threshold),
-        web.delete(NAMESPACE + "/compactionThreshold", remove_compaction_threshold),
-        web.get(NAMESPACE + "/messageTTL", get_ttl),
-        web.post(NAMESPACE + "/messageTTL", set_ttl),
-        web.delete(NAMESPACE + "/messageTTL", remove_ttl),
-        web.get(NAMESPACE + "/autoTopicCreation", get_auto_creation),
-        web.post(NAMESPACE + "/autoTopicCreation", set_auto_creation),
-        web.delete(NAMESPACE + "/autoTopicCreation", remove_auto_creation),
+        *(route for policy in POLICIES for route in policy.routes()),
     ]
