@@ -83,6 +83,7 @@ _GAUGES = {
     "pulsar_producers_count": "Connected producers",
     "pulsar_subscriptions_count": "Subscriptions, durable and of readers",
     "pulsar_consumers_count": "Connected consumers",
+    "magnetar_idempotency_keys": "Durable idempotency keys in the window (issue #16)",
 }
 _COUNTERS = {
     "pulsar_in_messages_total": "Messages published (a batch counts its messages)",
@@ -94,6 +95,15 @@ _COUNTERS = {
         "SENDs refused because their duplicate status was not known yet (write in flight)"
     ),
     "magnetar_fenced_producers_total": "Producers fenced by an exclusive producer (PIP-68)",
+    "magnetar_idempotency_duplicates_total": (
+        "Messages dropped or hidden because their idempotency key was in the window"
+    ),
+    "magnetar_idempotency_in_flight_total": (
+        "Entries refused because a key's first copy was still being written (client retries)"
+    ),
+    "magnetar_idempotency_hidden_messages_total": (
+        "Messages of stored batches hidden from every consumer as idempotency-key duplicates"
+    ),
 }
 _HISTOGRAMS = {
     "pulsar_storage_write_latency": (
@@ -113,6 +123,7 @@ def _topic_sample(topic: Topic) -> _Sample:
     _, bytes_in, msg_out, bytes_out = topic.rate_counters()
     subscriptions = list(topic.subscriptions.values())
     dedup = topic.dedup.stats() if topic.dedup is not None else {}
+    window = topic.idempotency.stats() if topic.idempotency is not None else {}
     fenced = topic.producers.access.stats().fenced
     sync_latency, group_entries = topic.ledger.group_commit_stats()
     return _Sample(
@@ -126,6 +137,7 @@ def _topic_sample(topic: Topic) -> _Sample:
             "pulsar_producers_count": float(sum(1 for p in topic.producers.producers if p.ready)),
             "pulsar_subscriptions_count": float(len(subscriptions)),
             "pulsar_consumers_count": float(sum(len(s.consumers) for s in subscriptions)),
+            "magnetar_idempotency_keys": float(_int(window.get("keys"))),
         },
         counters={
             "pulsar_in_messages_total": float(topic.stats.msg_in),
@@ -135,6 +147,11 @@ def _topic_sample(topic: Topic) -> _Sample:
             "magnetar_dedup_duplicates_total": float(_int(dedup.get("duplicates_dropped"))),
             "magnetar_dedup_unknown_total": float(_int(dedup.get("unknown_answers"))),
             "magnetar_fenced_producers_total": float(fenced),
+            "magnetar_idempotency_duplicates_total": float(
+                _int(window.get("duplicatesDropped")) + _int(window.get("hiddenMessages"))
+            ),
+            "magnetar_idempotency_in_flight_total": float(_int(window.get("inFlightAnswers"))),
+            "magnetar_idempotency_hidden_messages_total": float(_int(window.get("hiddenMessages"))),
         },
         histograms={
             "pulsar_storage_write_latency": topic.stats.publish_latency_ms.snapshot(),

@@ -48,6 +48,10 @@ FAMILIES = {
     "magnetar_dedup_duplicates": "counter",
     "magnetar_dedup_unknown": "counter",
     "magnetar_fenced_producers": "counter",
+    "magnetar_idempotency_keys": "gauge",
+    "magnetar_idempotency_duplicates": "counter",
+    "magnetar_idempotency_in_flight": "counter",
+    "magnetar_idempotency_hidden_messages": "counter",
     "pulsar_storage_write_latency": "histogram",
     "magnetar_storage_fsync_latency": "histogram",
     "magnetar_group_commit_entries": "histogram",
@@ -188,6 +192,33 @@ def test_dedup_and_fencing_counters(broker: BrokerThread, client: pulsar.Client)
     assert after.value("magnetar_fenced_producers_total", **labels) == 1
     assert after.value("pulsar_producers_count", **labels) == 1
     fencer.close()
+
+
+def test_idempotency_key_counters(broker: BrokerThread, client: pulsar.Client) -> None:
+    topic = new_topic()
+    labels = {"cluster": "standalone", "namespace": NAMESPACE, "topic": topic}
+    key = "magnetar.idempotency-key"
+    plain = client.create_producer(topic, batching_enabled=False)
+    first = plain.send(b"a", properties={key: "order-1"})
+    plain.send(b"b", properties={key: "order-2"})
+    again = plain.send(b"a", properties={key: "order-1"})  # a retry: the first copy's id
+    assert again == first
+    before = scrape(broker.http)
+    assert before.value("magnetar_idempotency_keys", **labels) == 2
+    assert before.value("magnetar_idempotency_duplicates_total", **labels) == 1
+    assert before.value("magnetar_idempotency_hidden_messages_total", **labels) == 0
+    # A batch with one new key and one already seen: stored once, the old one hidden.
+    batched = client.create_producer(
+        topic, batching_enabled=True, batching_max_publish_delay_ms=60_000
+    )
+    batched.send_async(b"c", None, properties={key: "order-3"})
+    batched.send_async(b"b", None, properties={key: "order-2"})
+    batched.flush()
+    after = scrape(broker.http)
+    assert after.value("magnetar_idempotency_keys", **labels) == 3
+    assert after.value("magnetar_idempotency_hidden_messages_total", **labels) == 1
+    assert after.value("magnetar_idempotency_duplicates_total", **labels) == 2
+    assert after.value("magnetar_idempotency_in_flight_total", **labels) == 0
 
 
 @pytest.mark.parametrize("per_topic", [True, False])
