@@ -6,9 +6,12 @@ topic (fencing, WaitForExclusive promotion, liveness pings). It writes frames on
 
 Rules kept here:
 
-1. SEND never waits: the entry goes to ``Topic.publish`` and the next frame is read at once.
+1. SEND never waits: its identity is decided once (``protocol.send_identity``), the request goes
+   to ``Topic.submit`` and the next frame is read at once.
 2. Receipts (or SEND_ERRORs) go out strictly in SEND order per producer, each only when its own
-   future is done: a duplicate's immediate ``-1:-1`` waits behind an earlier pending write.
+   request is settled: a duplicate's immediate ``-1:-1`` waits behind an earlier pending write.
+   The topic tells the producer once per group commit; the settled prefix is then written in one
+   ``write``, each receipt built from bytes (``protocol.receipts``), not through protobuf.
 3. Past ``maxPendingPublishRequestsPerConnection`` receipts outstanding, reading pauses; it
    resumes at half of that.
 4. Nothing unparseable is stored: an entry whose checksum fails, or whose metadata does not
@@ -23,9 +26,8 @@ import functools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from broker.dedup import batch_highest_sequence_id
 from broker.errors import (
     BrokerError,
     ChecksumError,
@@ -36,12 +38,13 @@ from broker.errors import (
 )
 from broker.producer import Producer
 from broker.producer_access import AccessMode
-from broker.storage import Position
-from protocol import commands, pb
+from broker.send_request import SendRequest
+from protocol import commands, pb, send_identity
 from protocol.errors import RemoteProtocolError
 from protocol.framing import Frame
-from protocol.ids import I64_MAX, MessageId, from_u64, to_u64
+from protocol.ids import I64_MAX, from_u64, to_u64
 from protocol.metadata import ChunkInfo, SendEntryChecker
+from protocol.receipts import ReceiptEncoder
 
 if TYPE_CHECKING:
     from broker.connection import ServerConnection
@@ -51,17 +54,20 @@ T = pb.BaseCommand.Type
 
 
 @dataclass(eq=False)
-class _PendingSend:
-    sequence_id: int
-    highest_sequence_id: int
-    future: asyncio.Future[Position | None]
-
-
-@dataclass(eq=False)
 class _ProducerState:
     producer: Producer
     topic: Topic
-    receipts: deque[_PendingSend] = field(default_factory=deque)
+    #: SENDs in arrival order, until their receipt (or SEND_ERROR) is written.
+    receipts: deque[SendRequest] = field(default_factory=deque)
+    encoder: ReceiptEncoder = field(init=False)
+    #: What the topic calls once per group commit (one object, so the topic can tell runs of
+    #: this producer's requests apart cheaply); set by the endpoint.
+    on_settled: Callable[[], None] = field(init=False)
+    #: Resolved when ``receipts`` empties (CLOSE_PRODUCER waits for the earlier receipts).
+    drained: asyncio.Future[None] | None = None
+
+    def __post_init__(self) -> None:
+        self.encoder = ReceiptEncoder(self.producer.producer_id)
 
 
 class ProducerEndpoint:
@@ -144,6 +150,7 @@ class ProducerEndpoint:
             user_provided_name=user_named,
         )
         state = _ProducerState(producer, topic)
+        state.on_settled = functools.partial(self._drain_receipts, state)
         self._producers[cmd.producer_id] = state
         requested_epoch = cmd.topic_epoch if cmd.HasField("topic_epoch") else None
         try:
@@ -211,39 +218,32 @@ class ProducerEndpoint:
         self._conn.reply_error(producer.request_id, error)
 
     def on_send(self, frame: Frame) -> None:
-        cmd = frame.command.send
-        state = self._producers.get(cmd.producer_id)
+        send = frame.command.send
+        state = self._producers.get(send.producer_id)
         if state is None or not state.producer.ready:
             # Java drops SENDs of producers it just closed; the client resends after reconnect.
             return
-        sequence_id = cmd.sequence_id
+        sequence_id, highest, num_messages = send_identity.of_send(send)
         entry = frame.entry
         assert entry is not None
-        num_messages = cmd.num_messages  # the proto default is 1
-        highest = batch_highest_sequence_id(
-            sequence_id,
-            cmd.highest_sequence_id if cmd.HasField("highest_sequence_id") else None,
-            num_messages,
-        )
+        request = SendRequest(state.producer, sequence_id, highest, entry, state.on_settled)
         try:
             chunk = self._check_entry(frame, entry, num_messages)
-            future = state.topic.publish(
-                state.producer, sequence_id, highest, entry, chunk, num_messages=num_messages
-            )
+            state.topic.submit(request, chunk, num_messages)
         except ProducerFenced:
             # PIP-68: nothing from a fenced producer reaches the ledger; the client learns it
             # on reconnect (its stale topic epoch is refused with ProducerFenced).
             self.close_producer(state.producer)
             return
         except BrokerError as exc:
-            future = self._loop.create_future()
-            future.set_exception(exc)
+            request.fail(exc)
         state.producer.msg_in += num_messages
-        state.receipts.append(_PendingSend(sequence_id, highest, future))
+        state.receipts.append(request)
         self._pending_publishes += 1
         if self._pending_publishes >= self._config.max_pending_publish_requests_per_connection:
             self._conn.pause_reading()
-        future.add_done_callback(functools.partial(self._receipt_ready, state))
+        if request.done:  # a duplicate or a refusal: answered in its turn (rule 2)
+            self._drain_receipts(state)
 
     def _check_entry(self, frame: Frame, entry: bytes, num_messages: int) -> ChunkInfo | None:
         """Refuse an entry that must not be stored (rule 4); its chunk facts otherwise."""
@@ -254,37 +254,40 @@ class ProducerEndpoint:
         except RemoteProtocolError as exc:
             raise InvalidMessageMetadata(f"Invalid message metadata: {exc}") from None
 
-    def _receipt_ready(self, state: _ProducerState, _future: asyncio.Future[Any]) -> None:
-        self._drain_receipts(state)
-
     def _drain_receipts(self, state: _ProducerState) -> None:
+        """Write the receipts of the settled prefix of ``state.receipts``, in one write."""
         receipts = state.receipts
+        if not receipts or not receipts[0].done:
+            return
         producer_id = state.producer.producer_id
-        while receipts and receipts[0].future.done():
-            pending = receipts.popleft()
-            self._pending_publishes -= 1
-            future = pending.future
-            if future.cancelled():
-                continue
-            error = future.exception()
+        receipt = state.encoder.receipt
+        frames: list[bytes] = []
+        count = 0
+        while receipts and receipts[0].done:
+            request = receipts.popleft()
+            count += 1
+            error = request.error
             if error is not None:
                 code, message = to_wire(error)
                 # Any SEND_ERROR but ChecksumError makes the C++ client reconnect and resend.
-                self._conn.write(
-                    commands.send_error(producer_id, pending.sequence_id, code, message)
-                )
+                frames.append(commands.send_error(producer_id, request.sequence_id, code, message))
                 continue
-            position = future.result()
-            message_id = (
-                MessageId(-1, -1)
-                if position is None
-                else MessageId(position.ledger_id, position.entry_id)
-            )
-            self._conn.write(
-                commands.send_receipt(
-                    producer_id, pending.sequence_id, message_id, pending.highest_sequence_id
+            position = request.position
+            if position is None:  # a duplicate (PIP-6): message id -1:-1
+                frames.append(receipt(request.sequence_id, -1, -1, request.receipt_highest))
+            else:
+                frames.append(
+                    receipt(
+                        request.sequence_id,
+                        position.ledger_id,
+                        position.entry_id,
+                        request.receipt_highest,
+                    )
                 )
-            )
+        self._conn.write(b"".join(frames) if count > 1 else frames[0])
+        self._pending_publishes -= count
+        if not receipts and state.drained is not None and not state.drained.done():
+            state.drained.set_result(None)
         if (
             self._conn.reading_paused
             and self._pending_publishes
@@ -303,9 +306,10 @@ class ProducerEndpoint:
                     del self._producers[cmd.producer_id]
                 self._closing_producers.add(state)
                 # SUCCESS only after every earlier receipt (they are in the output queue first).
-                pending = [p.future for p in state.receipts]
-                if pending:
-                    await asyncio.gather(*pending, return_exceptions=True)
+                if state.receipts:
+                    if state.drained is None or state.drained.done():
+                        state.drained = self._loop.create_future()
+                    await state.drained
                 await state.topic.remove_producer(state.producer)
                 self._closing_producers.discard(state)
             self._conn.write(commands.success(request_id))

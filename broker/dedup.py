@@ -72,6 +72,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, TypeVar
 
+from protocol.send_identity import highest_sequence_id as highest_sequence_id_of
+
 __all__ = [
     "DedupConfig",
     "DedupResult",
@@ -154,20 +156,10 @@ def batch_highest_sequence_id(
 ) -> int:
     """The highest sequence id an entry covers, for `MessageDeduplication.check`.
 
-    A producer that sets ``MessageMetadata.highest_sequence_id`` (the Java client) states it
-    exactly; Java's broker then takes ``max(highest, sequence_id)``, and so do we.
-
-    Deliberate improvement over Java: the C++ core behind the Python client (4.2.0) sends a
-    batch with only its *first* sequence id. Java would record just that id, so a batch
-    producer re-created after a restart would be told to resume at ``first + 1`` and its next
-    ``num_messages - 1`` ids would be dropped as duplicates. We take ``first + num_messages - 1``
-    instead. For a batch of increasing ids this never overstates the real highest id (so no
-    unseen id is marked as seen); it understates it only when the application chose gapped ids,
-    where the exact value is the largest ``SingleMessageMetadata.sequence_id`` of the batch.
+    The rule lives with the codec (``protocol.send_identity.highest_sequence_id``, where its
+    reasons are written), so the publish path and the replay decide an entry's range alike.
     """
-    if highest_sequence_id is not None:
-        return max(highest_sequence_id, sequence_id)
-    return sequence_id + max(num_messages, 1) - 1
+    return highest_sequence_id_of(sequence_id, highest_sequence_id, num_messages)
 
 
 class MessageDeduplication(Generic[P]):

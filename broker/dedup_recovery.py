@@ -3,8 +3,8 @@
 The pure state is ``broker.dedup.MessageDeduplication``; this module connects it to the ledger,
 exactly as the PIP describes: a dedicated cursor ``pulsar.dedup`` whose mark-delete carries the
 ``{producer_name: highest persisted sequence id}`` map as its properties, and on load a replay of
-every entry after that mark-delete (parsing only producer name and sequence ids). It also holds the
-rare-path helper that reads the exact last sequence id inside an uncompressed batch.
+every entry after that mark-delete (parsing only producer name and sequence ids, whose identity
+rule is ``protocol.send_identity``, shared with the publish path).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from broker.config import BrokerConfig
-from broker.dedup import DedupConfig, MessageDeduplication, batch_highest_sequence_id
+from broker.dedup import DedupConfig, MessageDeduplication
 from broker.storage import (
     CorruptCursorError,
     FileLayer,
@@ -26,9 +26,9 @@ from broker.storage import (
     cursor_file,
     quarantine_cursor_file,
 )
-from protocol.batch import decode_batch
 from protocol.errors import RemoteProtocolError
 from protocol.metadata import parse_entry_metadata
+from protocol.send_identity import exact_batch_highest, of_metadata
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +93,7 @@ def recover_dedup(
             records = []
             dedup.replay_chunk(meta.producer_name, meta.sequence_id, meta.chunk_id)
             continue
-        high = batch_highest_sequence_id(
-            meta.sequence_id, meta.highest_sequence_id, meta.num_messages
-        )
-        records.append((meta.producer_name, meta.sequence_id, high))
+        records.append(of_metadata(meta))
         if len(records) >= _REPLAY_CHUNK:
             dedup.replay(records)
             records = []
@@ -110,24 +107,9 @@ def recover_dedup(
 
 
 def exact_batch_highest_sequence_id(entry: bytes, estimate: int) -> int:
-    """The largest per-message sequence id inside an uncompressed batch entry, else ``estimate``.
-
-    Used only on dedup's rare path (an entry whose first id is not above the pushed mark), where
-    the exact last id of a batch decides between DUP and storing it: the C++ client sends only
-    the first id, and ``first + n - 1`` understates the last id of a batch with gapped ids.
-    Compressed or encrypted payloads, and batches without per-message ids, keep the estimate.
-    """
-    try:
-        meta = parse_entry_metadata(entry)
-        if not meta.is_batch or meta.num_messages <= 1 or meta.compression != 0:
-            return estimate
-        messages = decode_batch(memoryview(entry)[meta.payload_offset :], meta.num_messages)
-    except RemoteProtocolError:
-        return estimate  # e.g. an encrypted payload: it does not parse as a batch
-    ids = [m.sequence_id for m in messages]
-    if any(seq is None or seq < meta.sequence_id for seq in ids):
-        return estimate  # no usable per-message ids (or ids going backwards): keep the range
-    return max(seq for seq in ids if seq is not None)
+    """The exact last sequence id of an uncompressed batch, else ``estimate`` (dedup's rare
+    path); see ``protocol.send_identity.exact_batch_highest``."""
+    return exact_batch_highest(entry, estimate)
 
 
 def open_ledger_for_dedup(

@@ -2,15 +2,17 @@
 
 Publishing (the hot path, see docs/CONTRACTS.md and aesthetics §3 "SEND"):
 
-1. ``publish`` runs the PIP-68 data-path check (a fenced producer never reaches the ledger), then
-   the PIP-6 dedup check, then *stages* the entry and returns a future. It never awaits, so a
-   connection keeps reading pipelined SENDs.
+1. ``submit`` (a connection's SEND, as a ``SendRequest``; ``publish`` wraps it in a future)
+   runs the PIP-68 data-path check (a fenced producer never reaches the ledger), then the PIP-6
+   dedup check, then *stages* the request: the staged list is the group commit's one queue. It
+   never awaits, so a connection keeps reading pipelined SENDs.
 2. The group-commit task (``_flush_loop``) hands everything staged to the ledger
-   (``Ledger.append``, buffered) and runs ``Ledger.flush`` in a worker thread: one write and one
-   fdatasync cover the whole group. Entries published meanwhile stay staged for the next group.
-   When the flush returns, the futures of the group resolve **in append order**, dedup's persisted
-   marks move, a dedup snapshot is taken every ``brokerDeduplicationEntriesInterval`` entries, and
-   subscriptions are told that new entries may be dispatched (only durable entries are read).
+   (``Ledger.append_many``, buffered) and runs ``Ledger.flush`` in a worker thread: one write and
+   one fdatasync cover the whole group. Entries published meanwhile stay staged for the next
+   group. When the flush returns, the requests of the group resolve **in append order**, dedup's
+   persisted marks move, subscriptions are told that new entries may be dispatched (only durable
+   entries are read), each connection is told once (so it writes the group's receipts in one
+   write), and a dedup snapshot is taken every ``brokerDeduplicationEntriesInterval`` entries.
 3. A failed flush (EIO, ENOSPC, ...) fails what of the group is not durable (a group spanning a
    segment roll may have its first part durable: that part is completed as usual) *and
    everything staged behind it*, resets dedup's ``pushed := persisted`` for all producers
@@ -66,13 +68,13 @@ from broker.idempotency import (
     IDEMPOTENCY_CURSOR,
     Admission,
     IdempotencyWindow,
-    Ticket,
     Verdict,
 )
 from broker.idempotency_keys import entry_keys
 from broker.idempotency_recovery import take_snapshot as take_idempotency_snapshot
 from broker.producer import Producer, ProducerRegistry
 from broker.rates import RateMeter
+from broker.send_request import SendRequest
 from broker.storage import (
     Cursor,
     InitialPosition,
@@ -97,22 +99,6 @@ _METADATA_CACHE_ENTRIES = 4096
 TERMINATED_PROPERTY = "pulsar.terminated"
 # Inactive producers are looked for at most this often; the timeout itself is in minutes.
 _PURGE_CHECK_INTERVAL_S = 60.0
-
-
-@dataclass(eq=False, slots=True)
-class _PendingWrite:
-    """An accepted SEND on its way to the ledger: staged, then in a flush group."""
-
-    producer: Producer
-    entry: bytes
-    highest_sequence_id: int
-    future: asyncio.Future[Position | None]
-    # For a chunk that is not the last of its message: its chunk id (dedup tracks its progress).
-    chunk_id: int = -1
-    position: Position | None = None
-    staged_at: float = 0.0  # time.monotonic() when accepted: the publish latency starts here
-    # The entry's new idempotency keys and hidden indexes (issue #16), None without keys.
-    ticket: Ticket | None = None
 
 
 @dataclass
@@ -173,7 +159,7 @@ class Topic:
         self.producers = ProducerRegistry(ledger, self._writes)
         self._clock = clock
         self._loop = asyncio.get_running_loop()
-        self._staged: list[_PendingWrite] = []
+        self._staged: list[SendRequest] = []
         self._staged_bytes = 0
         # Set when staged bytes reach journalMaxGroupSizeBytes: the group commit starts early.
         self._group_full = asyncio.Event()
@@ -229,30 +215,47 @@ class Topic:
     ) -> asyncio.Future[Position | None]:
         """Accept one entry (a SEND); the future resolves when it is durable.
 
+        ``submit`` with a future: for callers that await one entry (the connection uses
+        ``submit`` directly and is told once per group commit). Resolves to ``None`` for a
+        duplicate (receipt ``-1:-1``); raises synchronously as ``submit`` does.
+        """
+        future: asyncio.Future[Position | None] = self._loop.create_future()
+        request = SendRequest(producer, sequence_id, highest_sequence_id, entry, future=future)
+        self.submit(request, chunk, num_messages)
+        return future
+
+    def submit(self, request: SendRequest, chunk: ChunkInfo | None, num_messages: int) -> None:
+        """Accept one SEND: settle it at once (a duplicate) or stage it for the group commit.
+
         ``chunk`` says where the entry sits in a chunked message (its SEND was validated by
         `SendEntryChecker`); dedup then works chunk by chunk (`MessageDeduplication.check_chunk`).
         ``num_messages`` is the SEND's message count (a batch's size), for the msgIn counters.
 
-        Resolves to ``None`` for a duplicate (receipt ``-1:-1``). Raises ``PersistenceError``
-        synchronously for dedup's "unknown" answer (the write of that id is still in flight),
-        and for a producer that lost a message to a failed write and has not reconnected.
+        A duplicate is resolved with ``None`` (receipt ``-1:-1``), or with its original's
+        position for an idempotency-key duplicate. Raises ``PersistenceError`` synchronously for
+        dedup's "unknown" answer (the write of that id is still in flight), and for a producer
+        that lost a message to a failed write and has not reconnected; ``ProducerFenced`` and
+        ``TopicTerminated`` likewise. Never awaits.
         """
         if self._closed:
             raise PersistenceError("Topic is closing")
         if self._terminated:
             raise TopicTerminated(f"Topic {self.name.full_name} was terminated")
+        producer = request.producer
         if not self.producers.may_publish(producer):
             # PIP-68: checked at append time, so a fenced producer never reaches the ledger.
             raise ProducerFenced("Producer was fenced")
         if producer in self._failed_producers:
             raise PersistenceError("An earlier message of this producer failed to persist")
-        future: asyncio.Future[Position | None] = self._loop.create_future()
-        chunk_id = -1 if chunk is None or chunk.is_last else chunk.chunk_id
+        entry = request.entry
+        sequence_id = request.sequence_id
+        if chunk is not None and not chunk.is_last:
+            request.chunk_id = chunk.chunk_id
         # Issue #16: keys first, so a duplicate is answered with its original's position.
         admission = self._check_idempotency_keys(entry) if chunk is None else None
         if admission is not None and admission.verdict is Verdict.DUPLICATE:
-            future.set_result(admission.original)
-            return future
+            request.resolve(admission.original)
+            return
         dedup = self.dedup
         if dedup is not None:
             if chunk is not None:
@@ -261,39 +264,30 @@ class Topic:
                 )
             else:
                 if dedup.may_be_duplicate(producer.name, sequence_id):
-                    highest_sequence_id = exact_batch_highest_sequence_id(
-                        entry, highest_sequence_id
+                    # The identity's one refinement: the exact last id of a gapped batch.
+                    request.highest_sequence_id = exact_batch_highest_sequence_id(
+                        entry, request.highest_sequence_id
                     )
-                verdict = dedup.check(producer.name, sequence_id, highest_sequence_id)
+                verdict = dedup.check(producer.name, sequence_id, request.highest_sequence_id)
             if verdict is DedupResult.DUP:
-                future.set_result(None)
-                return future
+                request.resolve(None)
+                return
             if verdict is DedupResult.UNKNOWN:
                 raise PersistenceError(
                     "Cannot determine whether the message is a duplicate at this time"
                 )
-        ticket = None
         if admission is not None and self.idempotency is not None:
-            ticket = self.idempotency.admit(admission)
-        self.stats.msg_in += num_messages
-        self.stats.bytes_in += len(entry)
-        self._staged.append(
-            _PendingWrite(
-                producer,
-                entry,
-                highest_sequence_id,
-                future,
-                chunk_id,
-                staged_at=time.monotonic(),
-                ticket=ticket,
-            )
-        )
+            request.ticket = self.idempotency.admit(admission)
+        stats = self.stats
+        stats.msg_in += num_messages
+        stats.bytes_in += len(entry)
+        request.staged_at = time.monotonic()
+        self._staged.append(request)
         self._staged_bytes += len(entry)
         if self._staged_bytes >= self.config.journal_max_group_size_bytes:
             self._group_full.set()
         self._writes.accepted()
         self._dirty.set()
-        return future
 
     def _check_idempotency_keys(self, entry: bytes) -> Admission | None:
         """The window's `Admission` of an entry with idempotency keys (None without keys).
@@ -333,8 +327,11 @@ class Topic:
             self._staged_bytes = 0
             self._group_full.clear()
             try:
-                for write in group:
-                    write.position = self.ledger.append(write.entry)
+                # One queue: the staged requests are the group; the ledger gets their entries
+                # in one call (one lock acquisition), then one write and one fdatasync.
+                positions = self.ledger.append_many([write.entry for write in group])
+                for write, position in zip(group, positions, strict=True):
+                    write.position = position
                 await asyncio.to_thread(self.ledger.flush)
             except (OSError, StorageError, ValueError) as exc:
                 self._on_flush_failed(group, exc)
@@ -360,8 +357,11 @@ class Topic:
             async with asyncio.timeout(wait):
                 await self._group_full.wait()
 
-    def _complete(self, group: list[_PendingWrite]) -> None:
-        """Every entry of ``group`` is durable: move the marks, answer, wake the readers."""
+    def _complete(self, group: list[SendRequest]) -> None:
+        """Every entry of ``group`` is durable: move the marks, answer, wake the readers.
+
+        The requests are resolved first, then each connection is told once (``on_settled``), so
+        the receipts of a whole group leave a connection in one write."""
         dedup = self.dedup
         window = self.idempotency
         durable_at = time.monotonic()
@@ -380,17 +380,17 @@ class Topic:
                 dedup.on_chunk_persisted(
                     write.producer.name, write.highest_sequence_id, write.chunk_id, position
                 )
-            if not write.future.done():
-                write.future.set_result(position)
+            write.resolve(position)
         for sub in self.subscriptions.values():
             sub.schedule_dispatch()
+        _notify_settled(group)
         if dedup is not None and dedup.snapshot_due_by_entries():
             self._take_dedup_snapshot()
         interval = self.config.broker_deduplication_entries_interval
         if window is not None and window.snapshot_due(interval):
             take_idempotency_snapshot(self.ledger, window)
 
-    def _on_flush_failed(self, group: list[_PendingWrite], exc: BaseException) -> None:
+    def _on_flush_failed(self, group: list[SendRequest], exc: BaseException) -> None:
         """A write or fsync failed (module docstring, step 3).
 
         A group spanning a segment roll is written segment by segment, so its first part may be
@@ -419,11 +419,11 @@ class Topic:
             self._failed_producers.add(write.producer)
             if self.idempotency is not None:
                 self.idempotency.on_write_failed(write.ticket)
-            if not write.future.done():
-                write.future.set_exception(error)
+            write.fail(error)
         if self.dedup is not None:
             self.dedup.on_write_failed()
         self._writes.settled(settled)
+        _notify_settled(failed)
 
     # ------------------------------------------------------------------ producers
 
@@ -947,6 +947,23 @@ class Topic:
             # Wall-clock seconds since the epoch of the last snapshot taken by this load.
             "lastSnapshotTime": self._last_snapshot_wall_time,
         }
+
+
+def _notify_settled(requests: list[SendRequest]) -> None:
+    """Call each distinct ``on_settled`` of ``requests`` once (after all of them are settled).
+
+    A group holds runs of one connection's requests, so comparing with the previous callback
+    skips most set operations."""
+    previous: object = None
+    notified: set[Callable[[], None]] = set()
+    for request in requests:
+        callback = request.on_settled
+        if callback is None or callback is previous:
+            continue
+        previous = callback
+        if callback not in notified:
+            notified.add(callback)
+            callback()
 
 
 def _published_before(entry: bytes, timestamp_ms: int) -> bool:

@@ -227,6 +227,13 @@ class Ledger:
         """
         return self._writer.append(data)
 
+    def append_many(self, entries: list[bytes]) -> list[Position]:
+        """``append`` of each entry in order (a group commit's entries); their positions.
+
+        Raises like ``append``; an oversized entry refuses the whole group (nothing appended).
+        """
+        return self._writer.append_many(entries)
+
     def flush(self) -> Position | None:
         """Make every entry appended so far durable; return the last durable position.
 
@@ -321,6 +328,11 @@ class Ledger:
         ``findNewestMatching``, used to seek by time). None if no entry matches."""
         return self._reader.find_newest_matching(predicate)
 
+    def set_fence(self, fence: Callable[[], None] | None) -> None:
+        """Cluster mode's ownership check (``LedgerWriter.fence``); it also guards property
+        writes. It raises once another broker owns the topic; see broker/cluster/fence.py."""
+        self._writer.fence = fence
+
     # ==================================================================== properties
 
     @property
@@ -335,6 +347,8 @@ class Ledger:
     def set_properties(self, values: Mapping[str, int]) -> None:
         """Set several properties atomically; durable before returning."""
         self._check_open()
+        if self._writer.fence is not None:
+            self._writer.fence()  # a fenced owner must not rewrite ledger.meta
         with self._meta.lock:
             merged = {**self._meta.properties, **{str(k): int(v) for k, v in values.items()}}
             self._meta.write(properties=merged)

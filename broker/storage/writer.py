@@ -80,6 +80,10 @@ class LedgerWriter:
         self._tail_bytes = HEADER_SIZE
         self._next_ledger_id = 1
         self._must_roll = False
+        #: Cluster mode's fencing hook (broker/cluster/fence.py): raises once another broker
+        #: owns the topic. Run after each write + fdatasync, before the entries become readable
+        #: or acknowledged, and before a roll touches files; None in standalone mode.
+        self.fence: Callable[[], None] | None = None
         # Group-commit metrics: milliseconds of write + fdatasync per flush, entries per flush.
         self.sync_latency_ms = Buckets(LATENCY_MS_BOUNDS)
         self.group_entries = Buckets(GROUP_ENTRIES_BOUNDS)
@@ -137,6 +141,44 @@ class LedgerWriter:
             if self._spare is None:
                 self._maybe_request_spare()
         return position
+
+    def append_many(self, entries: list[bytes]) -> list[Position]:
+        """See ``Ledger.append_many``: ``append`` of each entry, under one lock acquisition.
+
+        Sizes are checked first, so a refused group appends nothing (no entry of it can be
+        flushed later behind the caller's back).
+        """
+        for data in entries:
+            if len(data) > MAX_ENTRY_BYTES:
+                raise ValueError(f"entry of {len(data)} bytes exceeds {MAX_ENTRY_BYTES}")
+        positions: list[Position] = []
+        new_position = tuple.__new__  # Position is a NamedTuple: skip its Python-level __new__
+        max_entries = self._config.max_entries_per_ledger
+        max_bytes = self._config.max_size_per_ledger_bytes
+        with self._lock:
+            if self.closed:
+                raise LedgerClosedError(f"ledger {self._directory} is closed")
+            # The tail's counters in locals: the same decisions as ``append``, entry by entry.
+            ledger_id, count, size = self._tail_ledger_id, self._tail_entries, self._tail_bytes
+            must_roll = self._must_roll
+            for data in entries:
+                record_size = RECORD_HEADER_SIZE + len(data)
+                if must_roll or (
+                    count and (count >= max_entries or size + record_size > max_bytes)
+                ):
+                    self._start_new_tail_ledger()
+                    ledger_id, count, size = self._tail_ledger_id, 0, HEADER_SIZE
+                    must_roll = False
+                positions.append(new_position(Position, (ledger_id, count)))
+                count += 1
+                size += record_size
+            self._tail_entries, self._tail_bytes = count, size
+            if positions:
+                self._pending.extend(zip(positions, entries, strict=True))
+                self.last_position = positions[-1]
+            if self._spare is None:
+                self._maybe_request_spare()
+        return positions
 
     def _tail_is_full(self, record_size: int) -> bool:
         return (
@@ -197,6 +239,8 @@ class LedgerWriter:
         assert segment is not None
         records, offsets = encode_records(data for _, data in entries)
         segment.write(records, self._config.sync_data)
+        if self.fence is not None:
+            self.fence()
         new_crc = crc32c.crc32c(records, segment.crc)
         self._table.commit(segment, offsets, len(records), new_crc)
         self.last_confirmed = entries[-1][0]
@@ -205,6 +249,8 @@ class LedgerWriter:
 
     def _roll_to(self, ledger_id: int) -> None:
         """Seal the active segment and make ``ledger_id`` the active one (flush lock held)."""
+        if self.fence is not None:
+            self.fence()
         if self._active is not None:
             self._seal_active()
         with self._lock:
