@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install java run test test-fast lint fmt proto bench clean
+.PHONY: install java etcd run test test-fast lint fmt proto bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,8 +24,14 @@ java:
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless; }
 
+## etcd: the cluster-mode tests (tests/cluster/) start a real etcd; install it when absent
+etcd:
+	@command -v etcd >/dev/null 2>&1 || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq etcd-server; }
+
 ## test: install everything the suite needs, lint (ruff, mypy strict), then run the whole suite
-test: install java lint
+test: install java etcd lint
 	$(PY) -m pytest
 
 test-fast: install

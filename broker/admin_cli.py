@@ -11,12 +11,14 @@ request per command needs nothing more.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import ssl
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,8 +36,16 @@ DEFAULT_ADMIN_URL = "http://localhost:8080"
 EXIT_REFUSED = 1
 EXIT_UNREACHABLE = 3
 _TIMEOUT_S = 30.0
+_MAX_REDIRECTS = 5
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _KeepRedirects(urllib.request.HTTPRedirectHandler):
+    """Hands every redirect back as an ``HTTPError``: ``Admin.request`` follows it itself."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
 
 
 @dataclass
@@ -52,30 +62,47 @@ class Admin:
     # ------------------------------------------------------------------ HTTP
 
     def request(self, method: str, path: str, body: Any = None, raw: bytes | None = None) -> Any:
-        """One request; the decoded JSON answer (None for an empty one). Exits on failure."""
+        """One request; the decoded JSON answer (None for an empty one). Exits on failure.
+
+        A 307/308 (cluster mode: the topic's or bundle's owner answers) is followed with the
+        same method and body, as pulsar-admin does; urllib alone follows it for GET only.
+        """
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.authorization is not None:
             headers["Authorization"] = self.authorization
-        request = urllib.request.Request(
-            self.url.rstrip("/") + path, method=method, data=data, headers=headers
-        )
-        try:
-            with urllib.request.urlopen(
-                request, timeout=_TIMEOUT_S, context=self.ssl_context
-            ) as reply:
-                text = reply.read()
-        except urllib.error.HTTPError as error:
-            self.fail(f"{method} {path} failed: HTTP {error.code}: {_reason(error)}", EXIT_REFUSED)
-        except (urllib.error.URLError, OSError) as error:
-            reason = getattr(error, "reason", error)
-            self.fail(f"cannot reach the broker at {self.url}: {reason}", EXIT_UNREACHABLE)
+        url = self.url.rstrip("/") + path
+        for _hop in range(_MAX_REDIRECTS + 1):
+            request = urllib.request.Request(url, method=method, data=data, headers=headers)
+            try:
+                with self._opener().open(request, timeout=_TIMEOUT_S) as reply:
+                    text = reply.read()
+                break
+            except urllib.error.HTTPError as error:
+                location = error.headers.get("Location")
+                if error.code in (307, 308) and location:
+                    url = urllib.parse.urljoin(url, location)
+                    continue
+                self.fail(
+                    f"{method} {path} failed: HTTP {error.code}: {_reason(error)}", EXIT_REFUSED
+                )
+            except (urllib.error.URLError, OSError) as error:
+                reason = getattr(error, "reason", error)
+                self.fail(f"cannot reach the broker at {url}: {reason}", EXIT_UNREACHABLE)
+        else:
+            self.fail(f"{method} {path}: more than {_MAX_REDIRECTS} redirects", EXIT_REFUSED)
         if not text:
             return None
         try:
             return json.loads(text)
         except ValueError:
             return text.decode(errors="replace")
+
+    def _opener(self) -> urllib.request.OpenerDirector:
+        handlers: list[urllib.request.BaseHandler] = [_KeepRedirects()]
+        if self.ssl_context is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=self.ssl_context))
+        return urllib.request.build_opener(*handlers)
 
     def fail(self, message: str, code: int) -> NoReturn:
         self.err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
@@ -301,6 +328,22 @@ def clusters_get(admin: Admin, cluster: str) -> None:
     admin.show(admin.request("GET", f"/admin/v2/clusters/{quote(cluster, safe='')}"))
 
 
+# ---------------------------------------------------------------------------- brokers
+
+
+@main.group()
+def brokers() -> None:
+    """The live brokers (cluster mode: registered in etcd)."""
+
+
+@brokers.command("list")
+@click.argument("cluster", default="standalone")
+@json_option
+@pass_admin
+def brokers_list(admin: Admin, cluster: str) -> None:
+    admin.show(admin.request("GET", f"/admin/v2/brokers/{quote(cluster, safe='')}"), title="broker")
+
+
 # ---------------------------------------------------------------------------- tenants
 
 
@@ -462,6 +505,40 @@ def namespaces_policies(admin: Admin, namespace: str) -> None:
 def namespaces_topics(admin: Admin, namespace: str) -> None:
     path = f"/admin/v2/namespaces/{_namespace_path(namespace)}/topics"
     admin.show(admin.request("GET", path), title="topic")
+
+
+@namespaces.command("bundles")
+@click.argument("namespace")
+@json_option
+@pass_admin
+def namespaces_bundles(admin: Admin, namespace: str) -> None:
+    """The namespace's bundles (hash ranges of topic names; Pulsar's BundlesData)."""
+    path = f"/admin/v2/namespaces/{_namespace_path(namespace)}/bundles"
+    admin.show(admin.request("GET", path))
+
+
+@namespaces.command("unload")
+@click.argument("namespace")
+@click.option("--bundle", "-b", help="One bundle, e.g. 0x00000000_0x40000000 (default: all).")
+@click.option(
+    "--destinationBroker", "-d", "destination", help="host:port of the broker to move it to."
+)
+@json_option
+@pass_admin
+def namespaces_unload(
+    admin: Admin, namespace: str, bundle: str | None, destination: str | None
+) -> None:
+    """Unload bundles: their owner closes their topics; the next lookup places them again."""
+    base = f"/admin/v2/namespaces/{_namespace_path(namespace)}"
+    if bundle is None:
+        boundaries = admin.request("GET", base + "/bundles")["boundaries"]
+        bundles = [f"{low}_{high}" for low, high in itertools.pairwise(boundaries)]
+    else:
+        bundles = [bundle]
+    query = f"?destinationBroker={quote(destination, safe='')}" if destination else ""
+    for name in bundles:
+        admin.request("PUT", f"{base}/{quote(name, safe='')}/unload{query}")
+    admin.done(f"Unloaded {len(bundles)} bundle(s) of {namespace}")
 
 
 @namespaces.command("set-deduplication")

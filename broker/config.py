@@ -248,6 +248,17 @@ class BrokerConfig:
     super_user_roles: str = _setting("superUserRoles", "")
     authenticate_metrics_endpoint: bool = _setting("authenticateMetricsEndpoint", False)
 
+    # --- cluster mode (issue #18, broker/cluster/): off while metadataStoreUrl is empty ----
+    # "etcd:http://host:2379[,http://host2:2379]"; empty = standalone (embedded metadata).
+    metadata_store_url: str = _setting("metadataStoreUrl", "")
+    default_number_of_namespace_bundles: int = _setting(
+        "defaultNumberOfNamespaceBundles", 4, minimum=1, maximum=1024
+    )
+    # The etcd lease TTL of membership and bundle ownership (Pulsar: the ZooKeeper session).
+    metadata_store_session_timeout_millis: int = _setting(
+        "metadataStoreSessionTimeoutMillis", 10_000, minimum=2_000, maximum=300_000
+    )
+
     # --- logging and metrics --------------------------------------------------------------
     log_level: str = _setting("logLevel", "INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     expose_topic_level_metrics_in_prometheus: bool = _setting(

@@ -31,6 +31,7 @@ from broker.connection_producers import ProducerEndpoint
 from broker.errors import (
     BrokerError,
     InvalidTopicName,
+    ServiceNotReady,
     to_wire,
 )
 from broker.logging_setup import RateLimitedLog
@@ -38,7 +39,7 @@ from broker.non_persistent import non_persistent_topics_of
 from protocol import commands, pb
 from protocol.errors import ProtocolError, ServerError
 from protocol.framing import SUB_MESSAGE_NAME, Frame, FrameDecoder
-from protocol.topic_name import InvalidTopicNameError, NamespaceName, TopicName
+from protocol.topic_name import NON_PERSISTENT, InvalidTopicNameError, NamespaceName, TopicName
 
 if TYPE_CHECKING:
     from broker.auth.authorization import Authorizer
@@ -417,7 +418,34 @@ class ServerConnection(asyncio.Protocol):
             # PRODUCER/SUBSCRIBE triggers, as Pulsar's lookup does not load the topic either.
             self.spawn(self._lookup_damaged(request_id, topic))
             return
+        if self._service.cluster is not None and topic.domain != NON_PERSISTENT:
+            self.spawn(self._lookup_in_cluster(request_id, topic, cmd.authoritative))
+            return
         self._lookup_found(request_id)
+
+    async def _lookup_in_cluster(self, request_id: int, topic: TopicName, authority: bool) -> None:
+        """Cluster mode: Connect to the bundle's owner, or Redirect to the candidate broker,
+        as Pulsar's ``TopicLookupBase`` answers (broker/cluster/service.py)."""
+        cluster = self._service.cluster
+        assert cluster is not None
+        try:
+            answer = await cluster.lookup(topic, authority)
+        except Exception as exc:
+            if not isinstance(exc, BrokerError):
+                log.warning("lookup %d on %s failed: %s", request_id, self._peer, exc)
+                exc = ServiceNotReady(f"lookup of {topic.full_name} failed: {exc}")
+            code, message = to_wire(exc)
+            self.write(commands.lookup_response(request_id, error=code, message=message))
+            return
+        self.write(
+            commands.lookup_response(
+                request_id,
+                answer.broker.service_url or None,
+                broker_service_url_tls=answer.broker.service_url_tls or None,
+                redirect=answer.redirect,
+                authoritative=answer.authoritative,
+            )
+        )
 
     async def _lookup_damaged(self, request_id: int, topic: TopicName) -> None:
         try:

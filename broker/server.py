@@ -26,6 +26,9 @@ from pathlib import Path
 
 from broker.auth import Security
 from broker.blocking import run_blocking
+from broker.cluster.bundles import Bundle
+from broker.cluster.fence import FenceCheck, StaleOwnershipError, install_fence
+from broker.cluster.service import ClusterService, start_cluster
 from broker.compaction import apply_compaction_threshold
 from broker.config import BrokerConfig
 from broker.connection import ServerConnection
@@ -125,6 +128,8 @@ class BrokerService:
         self.closing = False
         #: Test seam: the storage file layer (fault injection, simulated power loss).
         self.file_layer: FileLayer | None = None
+        #: Cluster mode (metadataStoreUrl = etcd:...): bundle ownership gates every load.
+        self.cluster: ClusterService | None = None
 
     # ------------------------------------------------------------------ names
 
@@ -169,6 +174,8 @@ class BrokerService:
             raise ServiceNotReady("Broker is shutting down")
         if name.domain == NON_PERSISTENT:
             return get_non_persistent_topic(self, name)
+        if self.cluster is not None:
+            self.cluster.check_serving(name)  # ServiceNotReady unless we own its bundle
         key = name.full_name
         topic = self.topics.get(key)
         if topic is not None:
@@ -203,10 +210,11 @@ class BrokerService:
         started = time.monotonic()
         dedup_on = self.dedup_enabled_for(name)
         key = name.full_name
+        epoch = None if self.cluster is None else self.cluster.check_serving(name)
         try:
             window_config = window_config_for(self.config, self.policies, name)  # issue #16
             ledger, dedup, window = await run_blocking(
-                self._load_sync, key, directory, dedup_on, window_config
+                self._load_sync, key, directory, dedup_on, window_config, epoch
             )
         except _Refused as refused:
             self.damaged.mark(refused.damage)
@@ -219,6 +227,12 @@ class BrokerService:
             )
             raise refused.damage.error() from refused.__cause__
         topic = Topic(name, ledger, self.config, dedup=dedup)
+        if (
+            self.cluster is not None
+            and self.cluster.epoch_of(self.cluster.bundle_of(name)) != epoch
+        ):
+            await topic.abandon()  # the bundle was lost while loading: write nothing
+            raise ServiceNotReady(f"Topic {key}: its bundle moved while loading; retry")
         topic.idempotency = window  # issue #16, before anything can publish
         apply_retention(self, topic)  # namespace/topic retention policies (admin API)
         apply_compaction_threshold(self, topic)  # issue #14: compaction-threshold policy
@@ -231,14 +245,23 @@ class BrokerService:
         return topic
 
     def _load_sync(
-        self, key: str, directory: Path, dedup_on: bool, window_config: WindowConfig
+        self,
+        key: str,
+        directory: Path,
+        dedup_on: bool,
+        window_config: WindowConfig,
+        epoch: int | None = None,
     ) -> tuple[Ledger, MessageDeduplication[Position] | None, IdempotencyWindow]:
         self._hold_ledger_lock(key, directory)
         try:
+            # Cluster mode: fence the previous owner before reading anything (docs/CLUSTER.md).
+            fence = None if epoch is None else self._install_fence(key, directory, epoch)
             ledger_config = ledger_config_from(self.config)
             ledger, snapshot_damaged = open_ledger_for_dedup(
                 directory, ledger_config, self.file_layer
             )
+            if fence is not None:
+                ledger.set_fence(fence)
         except CorruptLedgerError as exc:
             # Fingerprint the files while still holding the lock: a repair cannot slip in
             # between, so the mark never outlives the damage it describes.
@@ -265,12 +288,29 @@ class BrokerService:
             raise
         return ledger, dedup, window
 
+    def _install_fence(self, key: str, directory: Path, epoch: int) -> FenceCheck:
+        """Write our ownership epoch into the topic's fence file (worker thread)."""
+        cluster = self.cluster
+        assert cluster is not None
+        try:
+            check = install_fence(
+                directory, epoch, cluster.me.broker_id, cluster.lease_valid, self.file_layer
+            )
+        except StaleOwnershipError as exc:
+            raise ServiceNotReady(str(exc)) from exc
+        check.on_fenced = cluster.fence_notifier(cluster.bundle_of(TopicName.parse(key)))
+        return check
+
     def _hold_ledger_lock(self, key: str, directory: Path) -> None:
         """Take the directory's lock for a load (worker thread). Kept if this service already
-        holds it: a topic dropped without an unload (a test's simulated crash) still owns it."""
+        holds it: a topic dropped without an unload (a test's simulated crash) still owns it.
+        Cluster mode takes none: ownership in etcd plus the fence file exclude other brokers,
+        and a paused former owner's flock must not block the takeover."""
         if key in self._ledger_locks:
             return
         ensure_directory(self.file_layer or OsFileLayer(), directory)  # durably, as open would
+        if self.cluster is not None:
+            return
         lock = LedgerLock.try_acquire(directory)
         if lock is None:
             raise ServiceNotReady(f"Topic {key} is being repaired (its ledger is locked); retry")
@@ -302,6 +342,26 @@ class BrokerService:
                 await topic.close()
         finally:
             self._release_ledger_lock(key)
+
+    async def stop_bundle_topics(self, bundle: Bundle, graceful: bool) -> None:
+        """Cluster mode: stop serving the loaded topics of ``bundle``: closed cleanly (unload),
+        or, when ownership was lost, abandoned without writing a byte (another broker may
+        already own the files), their producers and consumers told to look up again."""
+        for key, topic in list(self.topics.items()):
+            if self.cluster is None or self.cluster.bundle_of(topic.name) != bundle:
+                continue
+            if graceful:
+                await self.unload_topic(topic.name)
+                continue
+            async with self._load_locks.setdefault(key, asyncio.Lock()):
+                if self.topics.get(key) is not topic:
+                    continue
+                del self.topics[key]
+                await topic.abandon()
+                for producer in list(topic.producers.producers):
+                    producer.sink.close_producer(producer)
+                for sub in list(topic.subscriptions.values()):
+                    sub.close()  # the cursors are abandoned: nothing is persisted
 
     async def delete_topic(self, name: TopicName) -> None:
         """Unload, then remove the topic's files, all under its load lock: a client that
@@ -409,6 +469,8 @@ class Broker:
             service.web_url = f"http://{host}:{self.web_port}"
         if self.web_tls_port:
             service.web_url_tls = f"https://{host}:{self.web_tls_port}"
+        if self.config.metadata_store_url:
+            service.cluster = await start_cluster(self.config, service)
         self._expiry = asyncio.create_task(run_message_expiry(service), name="message expiry")
         # "serving pulsar://host:port and http://host:port" is parsed by tools and tests.
         bind = self.config.bind_address
@@ -431,6 +493,12 @@ class Broker:
         service = self.service
         if service is None:
             return
+        if service.cluster is not None:
+            # Close our bundles' topics cleanly and give them up, so others take over at once.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    service.cluster.close(), self.config.shutdown_timeout_seconds
+                )
         service.closing = True
         if self._expiry is not None:
             self._expiry.cancel()

@@ -15,6 +15,8 @@ from aiohttp import web
 
 from broker.admin import SERVICE, json_errors, routes
 from broker.auth.http import security_middleware
+from broker.cluster.http import owner_redirect
+from broker.cluster.http import routes as cluster_routes
 from broker.metrics import add_metrics_route
 from broker.tls import server_ssl_context
 
@@ -24,10 +26,12 @@ if TYPE_CHECKING:
 
 def build_app(service: BrokerService) -> web.Application:
     # json_errors outermost: authentication and authorization refusals get Pulsar's JSON shape.
-    app = web.Application(middlewares=[json_errors, security_middleware])
+    # owner_redirect innermost: cluster mode's 307 to a topic's owner, once authorized.
+    app = web.Application(middlewares=[json_errors, security_middleware, owner_redirect])
     app[SERVICE] = service
     add_metrics_route(app, service)  # GET /metrics (Prometheus), see broker/metrics.py
     app.add_routes(routes())
+    app.add_routes(cluster_routes())  # bundles, bundle unload, brokers (broker/cluster/http.py)
     return app
 
 

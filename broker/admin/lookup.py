@@ -2,7 +2,8 @@
 
 A client given ``http://host:port`` as its service URL asks here which broker serves a topic
 (after ``GET .../partitions`` for the partition count), then connects to the binary port. One
-broker serves everything, so the answer is this broker's URLs, as Pulsar's ``LookupData``.
+broker serves everything (standalone), so the answer is this broker's URLs (in cluster mode: the
+owner's, or a 307 to the broker that should own it), as Pulsar's ``LookupData``.
 Only ``persistent`` topics exist here: any other domain is refused as the binary lookup does.
 """
 
@@ -27,13 +28,30 @@ async def lookup_topic(request: web.Request) -> web.Response:
     service = service_of(request)
     if service.damaged.get(name.full_name) is not None:
         await service.refuse_if_damaged(name)  # raises TopicDamaged while it stays damaged
+    if service.cluster is not None:
+        # Cluster mode: the owner's URLs, or a 307 to the candidate (Pulsar's HTTP lookup).
+        authoritative = request.query.get("authoritative", "false").lower() == "true"
+        answer = await service.cluster.lookup(name, authoritative)
+        owner = answer.broker
+        if answer.redirect:
+            url = request.rel_url.update_query({"authoritative": "true"})
+            raise web.HTTPTemporaryRedirect((owner.web_url or owner.web_url_tls) + str(url))
+        return _lookup_data(
+            owner.service_url, owner.service_url_tls, owner.web_url, owner.web_url_tls
+        )
+    return _lookup_data(
+        service.service_url, service.service_url_tls, service.web_url, service.web_url_tls
+    )
+
+
+def _lookup_data(url: str, url_tls: str, http_url: str, http_url_tls: str) -> web.Response:
     return json_response(
         {
-            "brokerUrl": service.service_url,
-            "brokerUrlTls": service.service_url_tls,
-            "httpUrl": service.web_url,
-            "httpUrlTls": service.web_url_tls,
-            "nativeUrl": service.service_url,
+            "brokerUrl": url,
+            "brokerUrlTls": url_tls,
+            "httpUrl": http_url,
+            "httpUrlTls": http_url_tls,
+            "nativeUrl": url,
         }
     )
 

@@ -124,14 +124,6 @@ async def update_cluster(request: web.Request) -> web.Response:
     return no_content()
 
 
-async def list_brokers(request: web.Request) -> web.Response:
-    service = service_of(request)
-    cluster = path_part(request, "cluster")
-    if cluster != service.config.cluster_name:
-        raise AdminError(404, "Cluster does not exist")
-    return json_response([service.web_url.removeprefix("http://")])
-
-
 async def health(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
@@ -139,7 +131,6 @@ async def health(request: web.Request) -> web.Response:
 def routes() -> list[web.RouteDef]:
     return [
         web.get("/admin/v2/brokers/health", health),
-        web.get("/admin/v2/brokers/{cluster}", list_brokers),
         web.get("/admin/v2/clusters", list_clusters),
         web.get("/admin/v2/clusters/{cluster}", get_cluster),
         web.put("/admin/v2/clusters/{cluster}", create_cluster),

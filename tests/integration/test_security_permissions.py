@@ -249,14 +249,16 @@ def _concrete(method: str, pattern: str) -> str:
         "seconds": "10",
         "timestamp": "0",
         "domain": "persistent",
+        "bundle": "0x00000000_0x40000000",
     }
     return re.sub(r"\{([^}]+)\}", lambda m: values[m.group(1)], pattern)
 
 
 def _all_routes() -> list[tuple[str, str]]:
     from broker.admin import routes
+    from broker.cluster.http import routes as cluster_routes
 
-    found = {(r.method, r.path) for r in routes()}
+    found = {(r.method, r.path) for r in [*routes(), *cluster_routes()]}
     return sorted(found | {("GET", "/metrics")})
 
 

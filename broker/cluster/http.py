@@ -1,0 +1,114 @@
+"""Cluster mode on the web port: 307 redirects to a topic's owner, bundles and brokers.
+
+* ``owner_redirect``: an admin call on ``/admin/v2/persistent/{tenant}/{ns}/{topic}/...``
+  reaching a broker that does not own the topic's bundle is answered ``307 Temporary Redirect``
+  to the same path on the owner's web URL (Pulsar's ``validateTopicOwnership``); an unowned
+  bundle is first placed, as a lookup does. Partitioned-topic metadata (``.../partitions``) is
+  shared and answered anywhere.
+* ``GET /admin/v2/namespaces/{tenant}/{ns}/bundles``: Pulsar's ``BundlesData``.
+* ``PUT /admin/v2/namespaces/{tenant}/{ns}/{bundle}/unload[?destinationBroker=host:port]``:
+  the owner closes the bundle's topics and releases it (others redirect there); the next
+  lookup places it on the destination, else on another live broker than the former owner.
+* ``GET /admin/v2/brokers/{cluster}``: the live brokers' ids.
+
+Standalone, none of this redirects; a bundle unload unloads the loaded topics of the range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from broker.admin.common import (
+    AdminError,
+    json_response,
+    no_content,
+    path_part,
+    service_of,
+    topic_in_namespace,
+)
+from broker.cluster.bundles import FULL_UPPER_BOUND, bundle_of, bundles_of, parse_bundle_range
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_TOPIC_ROUTE = "/admin/v2/persistent/{tenant}/{ns}/{topic}"
+_SHARED_SUFFIXES = ("/partitions", "/partitioned-stats")
+
+
+@web.middleware
+async def owner_redirect(request: web.Request, handler: Handler) -> web.StreamResponse:
+    service = service_of(request)
+    cluster = service.cluster
+    resource = request.match_info.route.resource
+    pattern = resource.canonical if resource is not None else ""
+    if (
+        cluster is None
+        or not pattern.startswith(_TOPIC_ROUTE)
+        or pattern == _TOPIC_ROUTE + "/partitions"
+        or pattern.endswith(_SHARED_SUFFIXES)
+    ):
+        return await handler(request)
+    topic = topic_in_namespace(request)
+    authoritative = request.query.get("authoritative", "false").lower() == "true"
+    answer = await cluster.lookup(topic, authoritative)
+    if answer.broker.broker_id == cluster.me.broker_id:
+        return await handler(request)
+    target = answer.broker.web_url or answer.broker.web_url_tls
+    url = request.rel_url.update_query({"authoritative": "true"}) if answer.redirect else None
+    raise web.HTTPTemporaryRedirect(target + str(url or request.rel_url))
+
+
+async def list_bundles(request: web.Request) -> web.Response:
+    namespace = f"{path_part(request, 'tenant')}/{path_part(request, 'ns')}"
+    count = service_of(request).config.default_number_of_namespace_bundles
+    ranges = bundles_of(namespace, count)
+    boundaries = [f"0x{b.lower:08x}" for b in ranges] + [f"0x{FULL_UPPER_BOUND:08x}"]
+    return json_response({"boundaries": boundaries, "numBundles": count})
+
+
+async def unload_bundle(request: web.Request) -> web.Response:
+    service = service_of(request)
+    namespace = f"{path_part(request, 'tenant')}/{path_part(request, 'ns')}"
+    if not service.policies.has_namespace(namespace):
+        raise AdminError(404, "Namespace does not exist")
+    try:
+        bundle = parse_bundle_range(namespace, path_part(request, "bundle"))
+    except ValueError as exc:
+        raise AdminError(412, str(exc)) from exc
+    count = service.config.default_number_of_namespace_bundles
+    if bundle not in bundles_of(namespace, count):
+        raise AdminError(412, f"{bundle.name} is not a bundle of {namespace}")
+    cluster = service.cluster
+    if cluster is None:
+        for topic in [t.name for t in service.topics.values()]:
+            if bundle_of(topic, count) == bundle:
+                await service.unload_topic(topic)
+        return no_content()
+    destination = request.query.get("destinationBroker", "")
+    if destination and destination not in {b.broker_id for b in await cluster.brokers()}:
+        raise AdminError(412, f"destination broker {destination} is not alive")
+    if await cluster.unload(bundle, move_to=destination):
+        return no_content()
+    found = await cluster.owner_of(bundle)
+    if found is None or found[0].broker_id == cluster.me.broker_id:
+        return no_content()  # nobody owns it: nothing to unload (Pulsar answers 204 too)
+    raise web.HTTPTemporaryRedirect(found[0].web_url + str(request.rel_url))
+
+
+async def list_brokers(request: web.Request) -> web.Response:
+    service = service_of(request)
+    if path_part(request, "cluster") != service.config.cluster_name:
+        raise AdminError(404, "Cluster does not exist")
+    if service.cluster is None:
+        return json_response([service.web_url.split("://", 1)[-1]])
+    return json_response(sorted(b.broker_id for b in await service.cluster.brokers()))
+
+
+def routes() -> list[web.RouteDef]:
+    namespace = "/admin/v2/namespaces/{tenant}/{ns}"
+    return [
+        web.get(namespace + "/bundles", list_bundles),
+        web.put(namespace + "/{bundle}/unload", unload_bundle),
+        web.get("/admin/v2/brokers/{cluster}", list_brokers),
+    ]
