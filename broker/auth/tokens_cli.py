@@ -18,12 +18,13 @@ import re
 from pathlib import Path
 
 import click
-import jwt
 
 from broker.auth.keys import KeyMaterialError, read_key_material
-from broker.auth.token import create_key_pair, create_secret_key, create_token
 
 __all__ = ["tokens"]
+
+# The token functions (PyJWT, cryptography) are imported by the commands that use them: this
+# group is part of the `magnetar` command that also starts the broker.
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31_536_000}
 
@@ -52,6 +53,8 @@ def tokens() -> None:
 @click.option("-b", "--base64", "as_base64", is_flag=True, help="Base64 text in the file too.")
 def create_secret_key_command(output: Path | None, as_base64: bool) -> None:
     """A random secret for HS256 tokens (tokenSecretKey)."""
+    from broker.auth.token import create_secret_key
+
     secret = create_secret_key()
     if output is None:
         click.echo(base64.b64encode(secret).decode())
@@ -75,6 +78,8 @@ def create_key_pair_command(
     output_private_key: Path, output_public_key: Path, signature_algorithm: str
 ) -> None:
     """A key pair for RS256/ES256 tokens (tokenPublicKey on the broker)."""
+    from broker.auth.token import create_key_pair
+
     private, public = create_key_pair(signature_algorithm)
     _write_private(output_private_key, private)
     output_public_key.write_bytes(public)
@@ -96,6 +101,10 @@ def create_command(
     claim: str,
 ) -> None:
     """Print a signed token naming SUBJECT."""
+    import jwt
+
+    from broker.auth.token import create_token
+
     if (secret_key is None) == (private_key is None):
         raise click.UsageError("give exactly one of --secret-key and --private-key")
     reference = secret_key if secret_key is not None else private_key
@@ -123,6 +132,8 @@ def create_command(
 @click.argument("token")
 def show_command(token: str) -> None:
     """Print a token's header and claims (not verified)."""
+    import jwt
+
     try:
         header = jwt.get_unverified_header(token)
         claims = jwt.decode(token, options={"verify_signature": False})

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import aetcd
-
 ETCD_SCHEME = "etcd:"
 
 
@@ -54,6 +52,10 @@ class EtcdStore:
     """One connection to etcd (the first endpoint; see docs/CLUSTER.md for the limits)."""
 
     def __init__(self, url: str, timeout_seconds: float) -> None:
+        # Imported here: aetcd pulls in grpc (~23 MiB of RSS), which a standalone broker
+        # (the default) must not pay for.
+        import aetcd
+
         endpoint = parse_metadata_store_url(url)[0]
         self._timeout = timeout_seconds
         self._client: Any = aetcd.Client(
