@@ -78,6 +78,10 @@ class FileLayer:
     def replace(self, src: Path, dst: Path) -> None:
         os.replace(src, dst)
 
+    def link(self, src: Path, dst: Path) -> None:
+        """A second name for ``src``; ``FileExistsError`` if ``dst`` exists (never replaces)."""
+        os.link(src, dst)
+
     def unlink(self, path: Path) -> None:
         os.unlink(path)
 

@@ -239,7 +239,12 @@ class Segment:
         """
         if spare is not None:
             allocated = os.stat(spare).st_size
-            layer.replace(spare, path)
+            # link + unlink, never a rename over ``path``: like O_EXCL below, a segment of this
+            # id that already exists (cluster mode: another broker took the topic over while
+            # this one was paused) makes this fail instead of destroying it. A crash in between
+            # leaves the spare's temporary name, removed as any leftover temp file.
+            layer.link(spare, path)
+            layer.unlink(spare)
             fd = layer.open(path, os.O_RDWR)
         else:
             allocated = 0

@@ -299,3 +299,24 @@ def test_flush_never_waits_for_preallocation_still_queued(tmp_path: Path) -> Non
     assert [p for p, _ in ledger.iter_entries(BEFORE_EVERYTHING)] == positions
     assert all(path.stat().st_size < 1 << 20 for path in ledger.segment_paths())  # plain files
     ledger.close()
+
+
+def test_a_spare_never_replaces_an_existing_segment(tmp_path: Path) -> None:
+    """Cluster mode: a paused former owner rolling onto a segment id the new owner already
+    created must fail, not rename its spare over the new owner's acknowledged data."""
+    from broker.storage.files import OsFileLayer, segment_file_name
+    from broker.storage.segment import Segment
+
+    layer = OsFileLayer()
+    taken = tmp_path / segment_file_name(7)
+    taken.write_bytes(b"the new owner's segment")
+    spare = tmp_path / "spare-x.seg.tmp"
+    spare.write_bytes(b"\0" * 4096)
+    with pytest.raises(FileExistsError):
+        Segment.create(layer, taken, 7, spare)
+    assert taken.read_bytes() == b"the new owner's segment"
+    # A free id: the spare becomes the segment and its temporary name is gone.
+    fresh = Segment.create(layer, tmp_path / segment_file_name(8), 8, spare)
+    assert not spare.exists()
+    assert (tmp_path / segment_file_name(8)).stat().st_size == 4096
+    fresh.close()
