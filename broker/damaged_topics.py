@@ -20,8 +20,7 @@ from typing import Any
 
 from broker.errors import TopicDamaged
 from broker.storage import CorruptLedgerError
-
-_METADATA_FILE = "ledger.meta"
+from broker.storage.metadata import current_metadata_path
 
 # (inode, size, mtime in ns) per file, None for a missing file.
 Fingerprint = tuple[tuple[int, int, int] | None, ...]
@@ -56,7 +55,7 @@ class TopicDamage:
     @classmethod
     def of(cls, topic: str, directory: Path, error: CorruptLedgerError) -> TopicDamage:
         """Record ``error`` for ``topic`` (reads file metadata: call off the event loop)."""
-        watched = tuple(dict.fromkeys((directory / _METADATA_FILE, error.path)))
+        watched = tuple(dict.fromkeys((current_metadata_path(directory), error.path)))
         return cls(
             topic=topic,
             path=error.path,

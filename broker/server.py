@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import shutil
 import signal
@@ -256,7 +257,8 @@ class BrokerService:
         try:
             # Cluster mode: fence the previous owner before reading anything (docs/CLUSTER.md).
             fence = None if epoch is None else self._install_fence(key, directory, epoch)
-            ledger_config = ledger_config_from(self.config)
+            # The epoch also names the metadata file this owner writes (storage/metadata.py).
+            ledger_config = dataclasses.replace(ledger_config_from(self.config), owner_epoch=epoch)
             ledger, snapshot_damaged = open_ledger_for_dedup(
                 directory, ledger_config, self.file_layer
             )

@@ -44,6 +44,11 @@ class LedgerConfig:
     max_unacked_ranges_to_persist: int = 10_000
     max_batch_deleted_index_to_persist: int = 10_000
     verify_sealed_on_open: bool = True
+    #: Cluster mode: the ownership epoch of the broker opening the ledger. It names the
+    #: metadata file this owner writes (``ledger.meta.<epoch>``; see ``metadata``), so a paused
+    #: former owner's late rewrite of its own file can never replace the new owner's. None
+    #: (standalone): the plain ``ledger.meta``.
+    owner_epoch: int | None = None
 
     def __post_init__(self) -> None:
         positive = ("max_entries_per_ledger", "max_size_per_ledger_bytes")

@@ -91,7 +91,7 @@ class Ledger:
         self._clock = clock
         self._table = SegmentTable()
         self._cache = EntryCache(config.cache_size_bytes)
-        self._meta = MetadataStore(layer, directory, self._table.sealed_infos)
+        self._meta = MetadataStore(layer, directory, self._table.sealed_infos, config.owner_epoch)
         self._reader = EntryReader(self._table, self._cache)
         self._writer = LedgerWriter(
             directory, config, layer, preallocator, self._table, self._cache, self._meta, clock
@@ -135,6 +135,7 @@ class Ledger:
         remove_temp_files(self._layer, self.directory)
         remove_temp_files(self._layer, self._cursors.directory)
         meta = self._meta.load()
+        self._meta.adopt()
         verify = self.config.verify_sealed_on_open
         for info in meta.ledgers:
             path = self.directory / segment_file_name(info.ledger_id)

@@ -19,6 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,42 @@ from broker.storage.position import Position
 
 METADATA_FILE_NAME = "ledger.meta"
 METADATA_MAGIC = b"MGLM"
+_PLAIN_RANK = -1
+
+
+def metadata_file_name(epoch: int | None) -> str:
+    """``ledger.meta`` (standalone) or ``ledger.meta.<epoch>`` (cluster mode's owner epoch).
+
+    Several may exist in a directory used in cluster mode: the one of the highest epoch is the
+    ledger's metadata (`current_metadata_path`). Each owner writes only its own name, so a
+    former owner that resumes after a pause (past the fence check it passed before pausing)
+    rewrites a file nobody reads any more instead of the new owner's.
+    """
+    return METADATA_FILE_NAME if epoch is None else f"{METADATA_FILE_NAME}.{epoch}"
+
+
+def metadata_files(directory: Path) -> list[tuple[int, Path]]:
+    """``(rank, path)`` of every metadata file in ``directory``, lowest rank first (the plain
+    ``ledger.meta`` ranks below every epoch)."""
+    found: list[tuple[int, Path]] = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        if name == METADATA_FILE_NAME:
+            found.append((_PLAIN_RANK, directory / name))
+        elif name.startswith(METADATA_FILE_NAME + "."):
+            suffix = name[len(METADATA_FILE_NAME) + 1 :]
+            if suffix.isdigit():
+                found.append((int(suffix), directory / name))
+    return sorted(found)
+
+
+def current_metadata_path(directory: Path) -> Path:
+    """The metadata file that holds the ledger's state (``ledger.meta`` if there is none)."""
+    found = metadata_files(directory)
+    return found[-1][1] if found else directory / METADATA_FILE_NAME
 
 
 @dataclass(frozen=True, slots=True)

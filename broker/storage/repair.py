@@ -66,9 +66,9 @@ from broker.storage.files import (
     write_all,
 )
 from broker.storage.metadata import (
-    METADATA_FILE_NAME,
     LedgerMetadata,
     SealedLedger,
+    current_metadata_path,
     decode_metadata,
     encode_metadata,
 )
@@ -312,7 +312,7 @@ def plan_repair(directory: Path) -> RepairPlan:
     if not directory.is_dir():
         raise FileNotFoundError(f"no ledger directory {directory}")
     damaged_cursors = tuple(_damaged_cursor_files(directory))
-    meta_path = directory / METADATA_FILE_NAME
+    meta_path = current_metadata_path(directory)
     try:
         meta = decode_metadata(read_file(meta_path), meta_path)
     except FileNotFoundError:
@@ -561,7 +561,9 @@ def apply_repair(
         properties=dict(plan.metadata.properties),
         last_trimmed=plan.metadata.last_trimmed,
     )
-    atomic_write(layer, plan.directory / METADATA_FILE_NAME, encode_metadata(repaired))
+    # The current file (cluster mode: the last owner's epoch), so the repair is what loads.
+    target = current_metadata_path(plan.directory)
+    atomic_write(layer, target, encode_metadata(repaired))
 
 
 def _manifest(plan: RepairPlan, clock: Callable[[], float]) -> bytes:

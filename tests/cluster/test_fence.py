@@ -16,6 +16,7 @@ from broker.cluster.fence import (
     read_fence_epoch,
 )
 from broker.storage import Ledger, LedgerConfig, Position
+from broker.storage.metadata import metadata_files
 
 
 def always_valid() -> bool:
@@ -25,7 +26,7 @@ def always_valid() -> bool:
 def open_owned(directory: Path, epoch: int, broker: str) -> tuple[Ledger, FenceCheck]:
     directory.mkdir(parents=True, exist_ok=True)
     check = install_fence(directory, epoch, broker, always_valid)  # before reading anything
-    ledger = Ledger.open(directory, LedgerConfig())
+    ledger = Ledger.open(directory, LedgerConfig(owner_epoch=epoch))  # as BrokerService does
     ledger.set_fence(check)
     return ledger, check
 
@@ -93,3 +94,45 @@ def test_an_expired_lease_fences_without_touching_the_file(tmp_path: Path) -> No
     assert check.fenced
     assert [data for _, data in ledger.read(Position(0, 0), 10)] == [b"kept"]
     ledger._abandon()
+
+
+def test_a_former_owner_rewriting_its_metadata_after_the_takeover_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """The window a fence check cannot close: a zombie that passed its check, paused past the
+    takeover and then rewrites the ledger's metadata. It writes its own epoch's file, which no
+    load reads any more."""
+    directory = tmp_path / "topic"
+    zombie, _ = open_owned(directory, 10, "zombie:1")
+    zombie.append(b"zombie-1")
+    zombie.flush()
+    owner, _ = open_owned(directory, 11, "owner:1")
+    assert [rank for rank, _ in metadata_files(directory)] == [11]  # adopted, the old removed
+    owner.set_property("pulsar.topic.epoch", 5)
+    owner.append(b"owner-1")
+    owner.flush()
+    owner.close()
+
+    zombie.set_fence(None)  # its check passed before the pause: nothing stops the rewrite
+    zombie.set_property("pulsar.topic.epoch", 99)
+    assert [rank for rank, _ in metadata_files(directory)] == [10, 11]
+    zombie._abandon()
+
+    again, _ = open_owned(directory, 12, "third:1")
+    assert again.properties["pulsar.topic.epoch"] == 5
+    assert [data for _, data in again.read(Position(0, 0), 10)] == [b"zombie-1", b"owner-1"]
+    assert [rank for rank, _ in metadata_files(directory)] == [12]
+    again.close()
+
+
+def test_a_standalone_open_takes_over_a_cluster_mode_directory(tmp_path: Path) -> None:
+    directory = tmp_path / "topic"
+    owned, _ = open_owned(directory, 4, "owner:1")
+    owned.set_property("kept", 1)
+    owned.append(b"one")
+    owned.close()
+    plain = Ledger.open(directory, LedgerConfig())  # standalone: the plain ledger.meta again
+    assert plain.properties["kept"] == 1
+    assert [rank for rank, _ in metadata_files(directory)] == [-1]
+    assert [data for _, data in plain.read(Position(0, 0), 10)] == [b"one"]
+    plain.close()
