@@ -105,6 +105,10 @@ class MemoryLog:
         self._next_id += 1
         return Position(_LEDGER_ID, self._next_id - 1)
 
+    def append_many(self, entries: list[bytes]) -> list[Position]:
+        """A group commit's entries (``Ledger.append_many``), in order."""
+        return [self.append(data) for data in entries]
+
     def flush(self) -> Position | None:
         return self.last_confirmed_position
 
