@@ -19,8 +19,8 @@ import binascii
 import logging
 from typing import Any
 
-from passlib.context import CryptContext
-from passlib.hash import bcrypt
+import bcrypt
+from passlib.hash import apr_md5_crypt
 
 from broker.auth.identity import AuthenticationFailure, Identity
 from broker.auth.keys import KeyMaterialError, read_key_material
@@ -30,9 +30,23 @@ __all__ = ["BasicProvider", "parse_htpasswd"]
 
 log = logging.getLogger(__name__)
 
-_HASHES = CryptContext(schemes=["bcrypt", "apr_md5_crypt"])
+_BCRYPT_PREFIXES = ("$2a$", "$2b$", "$2y$")  # htpasswd -B writes $2y$
+_BCRYPT_MAX_BYTES = 72  # bcrypt reads no further; Apache's htpasswd cuts there too
 # Checked against when the user does not exist, so that costs what a wrong password costs.
-_DUMMY_HASH = bcrypt.using(rounds=10).hash("magnetar-no-such-user")
+_DUMMY_HASH = bcrypt.hashpw(b"magnetar-no-such-user", bcrypt.gensalt(10)).decode()
+
+
+def is_supported_hash(hashed: str) -> bool:
+    """A bcrypt or an Apache APR1 (``$apr1$``) hash, the two htpasswd forms accepted."""
+    return hashed.startswith(_BCRYPT_PREFIXES) or bool(apr_md5_crypt.identify(hashed))
+
+
+def verify_password(password: str, hashed: str) -> bool:
+    """Whether ``password`` matches ``hashed`` (constant time in the libraries)."""
+    if hashed.startswith(_BCRYPT_PREFIXES):
+        secret = password.encode()[:_BCRYPT_MAX_BYTES]
+        return bcrypt.checkpw(secret, hashed.encode())
+    return bool(apr_md5_crypt.verify(password, hashed))
 
 
 def parse_htpasswd(text: str) -> dict[str, str]:
@@ -63,7 +77,7 @@ class BasicProvider:
         except (KeyMaterialError, UnicodeDecodeError, ValueError) as exc:
             raise ConfigError(f"basicAuthConf: {exc}", key="basicAuthConf") from None
         for user, hashed in self._users.items():
-            if _HASHES.identify(hashed) is None:
+            if not is_supported_hash(hashed):
                 log.warning(
                     "basicAuthConf: user %r has an unsupported hash; it cannot log in", user
                 )
@@ -77,10 +91,10 @@ class BasicProvider:
         if not sep or not user:
             raise AuthenticationFailure("basic credentials are not user:password")
         hashed = self._users.get(user)
-        if hashed is None or _HASHES.identify(hashed) is None:
-            _HASHES.verify(password, _DUMMY_HASH)
+        if hashed is None or not is_supported_hash(hashed):
+            verify_password(password, _DUMMY_HASH)
             raise AuthenticationFailure(f"unknown user {user!r} or unsupported hash")
-        if not _HASHES.verify(password, hashed):
+        if not verify_password(password, hashed):
             raise AuthenticationFailure(f"wrong password for {user!r}")
         return Identity(user, self.method)
 

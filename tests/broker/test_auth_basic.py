@@ -81,3 +81,11 @@ def test_bad_configuration(tmp_path: Path) -> None:
 
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
+
+
+def test_bcrypt_reads_the_first_72_bytes_of_a_password_as_htpasswd_does() -> None:
+    from broker.auth.basic import verify_password
+
+    hashed = bcrypt.using(rounds=4, ident="2y").hash("x" * 72)
+    assert verify_password("x" * 72 + "ignored", hashed)
+    assert not verify_password("x" * 71, hashed)

@@ -12,7 +12,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import BrokerProcess
+from tests.helpers import BrokerProcess, wait_until
 
 LEASE_TTL_MS = 3000  # short, so takeovers happen within seconds in tests
 
@@ -68,12 +67,13 @@ def start_etcd(data_dir: Path, log_path: Path, client_port: int, peer_port: int)
     with log_path.open("ab") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     etcd = Etcd(proc, client_port)
-    deadline = time.monotonic() + 30
-    while not etcd.healthy():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"etcd did not start: {log_path.read_text()[-2000:]}")
-        time.sleep(0.05)
+    try:
+        wait_until(lambda: proc.poll() is not None or etcd.healthy(), 30)
+    except AssertionError:
+        pass  # reported below, with etcd's log
+    if proc.poll() is not None or not etcd.healthy():
+        proc.kill()
+        raise RuntimeError(f"etcd did not start: {log_path.read_text()[-2000:]}")
     return etcd
 
 
@@ -157,14 +157,16 @@ def restart_on_same_ports(broker: BrokerProcess) -> BrokerProcess:
     ports = (f"brokerServicePort={broker.port}", f"webServicePort={broker.web_port}")
     if broker.settings[-2:] != ports:
         broker.settings = (*broker.settings, *ports)
-    deadline = time.monotonic() + 30
-    while True:  # the kernel may need a moment to release the killed process's ports
+
+    def started() -> bool:
         try:
-            return broker.start()
+            broker.start()
         except RuntimeError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+            return False  # the kernel may not have released the killed process's ports yet
+        return True
+
+    wait_until(started, 30)
+    return broker
 
 
 def http_lookup_owner(web_port: int, topic: str) -> str:

@@ -24,12 +24,12 @@ from tests.integration.test_exclusive_leaders import WINDOW, Worker, read_entrie
 ENTRIES_PER_ROUND = 30
 
 
-WORKER = Path(__file__).with_name("pip68_cluster_worker.py")
+WORKER = Path(__file__).parents[1] / "integration" / "pip68_worker.py"
 
 
 class ClusterWorker(Worker):
-    """``Worker`` of tests/integration, running ``pip68_cluster_worker.py`` against every
-    broker (service URL and admin URLs)."""
+    """``Worker`` of tests/integration, running its ``pip68_worker.py`` against every broker
+    (service URL and admin URLs)."""
 
     def __init__(self, worker_id: str, cluster: Cluster, topic: str) -> None:
         self.worker_id = worker_id

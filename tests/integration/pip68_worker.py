@@ -11,33 +11,59 @@ appends entries, each a JSON object::
 
 Up to ``--window`` sends are in flight at once. It runs until it is killed (the test SIGKILLs
 leaders one after another) or fenced. Progress goes to stdout, one line per event, flushed:
-``WAITING``, ``LEADER <epoch> <rebuilt>``, ``WROTE <seq>``, ``FENCED``.
+``WAITING``, ``LEADER <epoch> <rebuilt>``, ``WROTE <seq>``, ``FENCED <result>``.
+
+tests/cluster/test_exclusive_leaders.py runs it too, against several brokers (``--admin-url`` a
+comma-separated list).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import threading
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 import pulsar
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the repo root
+
+from tests.helpers import wait_until
 
 
 def say(*words: object) -> None:
     print(*words, flush=True)
 
 
-def holder_epoch(admin_url: str, topic: str, name: str) -> int:
-    """The topic epoch from the stats; this worker must be the holder."""
+def holder_epoch(admin_urls: str, topic: str, name: str) -> int:
+    """The topic epoch from the stats; this worker must be the holder.
+
+    ``admin_urls``: one URL, or (a cluster, tests/cluster) several separated by commas, tried
+    in turn: any broker redirects the call to the owner, but one being killed answers nothing.
+    """
     path = topic.removeprefix("persistent://")
-    with urllib.request.urlopen(f"{admin_url}/admin/v2/persistent/{path}/stats") as response:
-        access = json.loads(response.read())["producerAccess"]
+    access: dict[str, object] = {}
+
+    def answered() -> bool:
+        for admin_url in admin_urls.split(","):
+            url = f"{admin_url}/admin/v2/persistent/{path}/stats"
+            try:
+                with urllib.request.urlopen(url, timeout=10) as response:
+                    access.update(json.loads(response.read())["producerAccess"])
+                return True
+            except OSError:
+                continue  # that broker is down (being killed and restarted by the test)
+        return False
+
+    wait_until(answered, 60)
     if access["exclusiveHolder"] != name:
         raise RuntimeError(f"{name} was promoted but the holder is {access['exclusiveHolder']}")
-    epoch: int = access["topicEpoch"]
+    epoch = access["topicEpoch"]
+    assert isinstance(epoch, int)
     return epoch
 
 
@@ -62,12 +88,14 @@ def lead(client: pulsar.Client, producer: pulsar.Producer, args: argparse.Namesp
     # Pipelined like a real leader: up to ``window`` sends in flight, receipts in order.
     in_flight = threading.BoundedSemaphore(args.window)
     fenced = threading.Event()
+    failure: list[pulsar.Result] = []
 
     def on_receipt(seq: int) -> Callable[[pulsar.Result, pulsar.MessageId], None]:
         def done(result: pulsar.Result, _msg_id: pulsar.MessageId) -> None:
             if result == pulsar.Result.Ok:
                 say("WROTE", seq)
             else:
+                failure.append(result)
                 fenced.set()
             in_flight.release()
 
@@ -77,7 +105,7 @@ def lead(client: pulsar.Client, producer: pulsar.Producer, args: argparse.Namesp
     while args.max_entries is None or seq < args.max_entries:
         in_flight.acquire()
         if fenced.is_set():
-            say("FENCED")
+            say("FENCED", failure[0] if failure else "")
             return 3
         entry = {"worker": args.worker_id, "epoch": epoch, "seq": seq, "index": index + seq}
         producer.send_async(json.dumps(entry).encode(), on_receipt(seq))
@@ -111,7 +139,8 @@ def main(argv: list[str]) -> int:
         )
         return lead(client, producer, args)
     finally:
-        client.close()
+        with contextlib.suppress(pulsar.AlreadyClosed):  # C++ 4.2.0 after a fenced producer
+            client.close()
 
 
 if __name__ == "__main__":
