@@ -23,10 +23,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from broker.cluster.bundles import Bundle, bundle_of
+from broker.cluster.bundles import Bundle, bundle_of, parse_bundle_range
 from broker.cluster.membership import BrokerInfo, Keys
-from broker.cluster.placement import choose_broker
-from broker.cluster.store import EtcdStore
+from broker.cluster.placement import Preallocations, choose_broker
+from broker.cluster.store import Entry, EtcdStore
 from broker.errors import ServiceNotReady
 from protocol.topic_name import TopicName
 
@@ -78,6 +78,7 @@ class ClusterService:
         self._deadline = 0.0  # time.monotonic() until which our lease surely holds
         self._owned: dict[Bundle, _Owned] = {}
         self._claims: dict[Bundle, asyncio.Lock] = {}
+        self._preallocated = Preallocations()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._stopping = False
@@ -311,13 +312,26 @@ class ClusterService:
         """The broker id the placement picks for ``bundle`` ("" if none is alive): the one an
         unload named, if it is alive, else the least loaded (``placement.py``)."""
         brokers = [b for b in await self.brokers() if b.broker_id != exclude]
+        alive = {b.broker_id for b in brokers}
         hint = await self.store.get(self.keys.assignment(bundle))
-        if hint is not None and any(b.broker_id == hint.value.decode() for b in brokers):
+        if hint is not None and hint.value.decode() in alive:
             return hint.value.decode()
         owned = await self.store.get_prefix(self.keys.owners)
         owners = [BrokerInfo.decode(entry.value).broker_id for entry in owned]
-        chosen = choose_broker(bundle, brokers, owners)
-        return "" if chosen is None else chosen.broker_id
+        # No await from here on: concurrent lookups see each other's preallocations.
+        self._preallocated.forget_settled(map(self._bundle_of_key, owned), time.monotonic())
+        earlier = self._preallocated.candidate(bundle)
+        if earlier in alive:
+            return earlier
+        chosen = choose_broker(bundle, brokers, owners + self._preallocated.loads())
+        if chosen is None:
+            return ""
+        self._preallocated.place(bundle, chosen.broker_id, time.monotonic())
+        return chosen.broker_id
+
+    def _bundle_of_key(self, entry: Entry) -> Bundle:
+        namespace, _, range_name = entry.key.removeprefix(self.keys.owners).rpartition("/")
+        return parse_bundle_range(namespace, range_name)
 
     async def brokers(self) -> list[BrokerInfo]:
         return [BrokerInfo.decode(e.value) for e in await self.store.get_prefix(self.keys.brokers)]
