@@ -10,6 +10,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pulsar
 import pytest
@@ -339,3 +340,51 @@ def test_topics_of_namespace_lists_the_partitions_of_a_partitioned_topic(
         consumer = client.subscribe(name, "sub")
         with pytest.raises(OperationNotSupported):
             consumer.get_last_message_id()
+
+
+def test_deferred_submissions_share_wakeups_and_keep_their_order_with_the_others() -> None:
+    """Acknowledgements go to the loop deferred: thousands of them must wake the loop a few
+    dozen times, not once each, and still run in submission order with the immediate ones."""
+    from client.sync import _LoopThread
+
+    thread = _LoopThread()
+    try:
+        wakeups = 0
+        original = thread.loop.call_soon_threadsafe
+
+        def counting(*args: Any) -> Any:
+            nonlocal wakeups
+            wakeups += 1
+            return original(*args)
+
+        thread.loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        ran: list[int] = []
+        done = threading.Event()
+        for i in range(10_000):
+            if i % 1000 == 999:
+                thread.call_soon(ran.append, i)
+            else:
+                thread.call_deferred(ran.append, i)
+        thread.call_deferred(lambda: done.set())
+        assert done.wait(10)  # nothing submitted after it: the deferral alone delivers it
+        assert ran == list(range(10_000))
+        assert wakeups < 500, wakeups
+    finally:
+        thread.stop()
+
+
+def test_acknowledgements_reach_the_broker_without_any_later_call(running: BrokerThread) -> None:
+    topic = new_topic()
+    with Client(running.url) as client:
+        consumer = client.subscribe(topic, "sub")
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(25):
+            producer.send(str(i).encode())
+        for _ in range(25):
+            consumer.acknowledge(consumer.receive(5_000))
+
+        def backlog() -> int:
+            stats = topic_stats(running.http, topic)
+            return int(stats["subscriptions"]["sub"]["msgBacklog"])
+
+        wait_until(lambda: backlog() == 0, 10)

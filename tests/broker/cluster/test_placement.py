@@ -13,7 +13,8 @@ def test_the_least_loaded_broker_gets_the_bundle() -> None:
     bundle = bundles_of("public/default", 4)[0]
     owners = ["127.0.0.1:8081", "127.0.0.1:8081", "127.0.0.1:8083"]
     chosen = choose_broker(bundle, BROKERS, owners)
-    assert chosen is not None and chosen.broker_id == "127.0.0.1:8082"
+    assert chosen is not None
+    assert chosen.broker_id == "127.0.0.1:8082"
 
 
 def test_ties_break_the_same_way_whatever_the_order_of_the_brokers() -> None:
