@@ -23,7 +23,9 @@ import logging
 import shutil
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from broker.auth import Security
 from broker.blocking import run_blocking
@@ -67,6 +69,7 @@ from protocol.topic_name import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def namespace_directory(data_path: Path, namespace: NamespaceName) -> Path:
@@ -118,6 +121,7 @@ class BrokerService:
         self.topics: dict[str, Topic] = {}
         self.damaged = DamagedTopics()
         self._load_locks: dict[str, asyncio.Lock] = {}
+        self._topic_work: set[asyncio.Future[Any]] = set()  # see _exclusively
         self._ledger_locks: dict[str, LedgerLock] = {}
         self._producer_counter = 0
         # Unique across restarts: generated producer names are dedup keys (PIP-6).
@@ -182,19 +186,51 @@ class BrokerService:
         if topic is not None:
             return topic
         await self.refuse_if_damaged(name)
-        lock = self._load_locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            topic = self.topics.get(key)
-            if topic is not None:
-                return topic
-            await self.refuse_if_damaged(name)  # a load we waited for may just have failed
-            self.check_namespace(name)
-            directory = topic_directory(self.data_path, name)
-            if not directory.exists() and not (create and auto_topic_creation_allowed(self, name)):
-                raise TopicNotFound(f"Topic {key} does not exist")
-            topic = await self._load(name, directory)
-            self.topics[key] = topic
+        return await self._exclusively(key, lambda: self._load_unless_loaded(name, create))
+
+    async def _load_unless_loaded(self, name: TopicName, create: bool) -> Topic:
+        """``get_topic`` under the topic's load lock."""
+        key = name.full_name
+        topic = self.topics.get(key)
+        if topic is not None:
             return topic
+        await self.refuse_if_damaged(name)  # a load we waited for may just have failed
+        self.check_namespace(name)
+        directory = topic_directory(self.data_path, name)
+        if not directory.exists() and not (create and auto_topic_creation_allowed(self, name)):
+            raise TopicNotFound(f"Topic {key} does not exist")
+        topic = await self._load(name, directory)
+        if self.closing:  # the shutdown's close_topics has run: this one would be left open
+            await topic.close()
+            self._release_ledger_lock(key)
+            raise ServiceNotReady("Broker is shutting down")
+        self.topics[key] = topic
+        return topic
+
+    async def _exclusively(self, key: str, work: Callable[[], Awaitable[T]]) -> T:
+        """Run ``work`` under the topic's load lock, as a task of its own that its requester's
+        cancellation does not stop.
+
+        Loading, unloading and deleting run in disk threads, which cannot be stopped halfway.
+        Were the lock released when a requester is cancelled (its connection closed), a second
+        load could open the folder while the first one's thread still recovers it: two ledgers
+        on one folder (the session fuzzer saw a temp file vanish under a recovery). So the work
+        finishes and releases the lock; a load's topic stays loaded for the client's retry.
+        """
+
+        async def locked() -> T:
+            async with self._load_locks.setdefault(key, asyncio.Lock()):
+                return await work()
+
+        task = asyncio.ensure_future(locked())
+        self._topic_work.add(task)
+        task.add_done_callback(self._topic_work_done)
+        return await asyncio.shield(task)
+
+    def _topic_work_done(self, task: asyncio.Future[Any]) -> None:
+        self._topic_work.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a requester that went away may not await it
 
     async def refuse_if_damaged(self, name: TopicName) -> None:
         """Raise ``TopicDamaged`` if the topic is known to be damaged and its files have not
@@ -333,8 +369,7 @@ class BrokerService:
         """Close a loaded topic. Holding its load lock keeps a reconnecting client from opening
         the same ledger directory while the old instance is still closing."""
         key = name.full_name
-        async with self._load_locks.setdefault(key, asyncio.Lock()):
-            await self._unload_locked(key)
+        await self._exclusively(key, lambda: self._unload_locked(key))
 
     async def _unload_locked(self, key: str) -> None:
         self.damaged.clear(key)
@@ -370,11 +405,14 @@ class BrokerService:
         reconnects meanwhile waits, then finds no topic (or creates a fresh one), instead of
         loading the ledger while its files are being removed."""
         key = name.full_name
-        async with self._load_locks.setdefault(key, asyncio.Lock()):
-            await self._unload_locked(key)
-            directory = topic_directory(self.data_path, name)
-            await run_blocking(self._delete_ledger, key, directory)
-            await self.schemas.delete(key)
+        await self._exclusively(key, lambda: self._delete_locked(name))
+
+    async def _delete_locked(self, name: TopicName) -> None:
+        key = name.full_name
+        await self._unload_locked(key)
+        directory = topic_directory(self.data_path, name)
+        await run_blocking(self._delete_ledger, key, directory)
+        await self.schemas.delete(key)
 
     def _delete_ledger(self, key: str, directory: Path) -> None:
         """Remove a topic's storage (disk thread), holding its ledger lock so that a repair
