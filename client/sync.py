@@ -40,6 +40,7 @@ from client.dead_letter import ConsumerDeadLetterPolicy
 from client.errors import (
     AlreadyClosed,
     ClientUsedAfterFork,
+    InvalidConfiguration,
     InvalidMessage,
     OperationNotSupported,
     ProducerQueueIsFull,
@@ -47,6 +48,7 @@ from client.errors import (
     Result,
     Timeout,
 )
+from client.listener import ListenerThread
 from client.message import Message
 from client.message_id import MessageId
 from client.multi_topic import AsyncMultiTopicConsumer, RegexSubscriptionMode
@@ -69,6 +71,8 @@ __all__ = ["Client", "Consumer", "Producer", "Reader", "SendCallback"]
 logger = logging.getLogger(__name__)
 R = TypeVar("R")
 SendCallback = Callable[[Result, MessageId | None], None]
+MessageListener = Callable[["Consumer", Message], None]
+ReaderListener = Callable[["Reader", Message], None]
 
 
 # Deferred submissions reach the loop at most this late, or as soon as this many are queued.
@@ -218,6 +222,7 @@ class Client:
         self._loop_thread = _LoopThread()
         self._closed = False
         self._close_lock = threading.Lock()
+        self._listeners: set[ListenerThread] = set()  # message/reader listener threads
 
     def __enter__(self) -> Client:
         return self
@@ -310,8 +315,13 @@ class Client:
         pattern_auto_discovery_period: float = 60,
         is_read_compacted: bool = False,
         regex_subscription_mode: RegexSubscriptionMode | int = RegexSubscriptionMode.PersistentOnly,
+        message_listener: MessageListener | None = None,
     ) -> Consumer:
-        """Subscribe; see ``AsyncClient.subscribe``."""
+        """Subscribe; see ``AsyncClient.subscribe``.
+
+        ``message_listener``: ``listener(consumer, message)`` is called for each message on a
+        thread of this consumer's own (``client.listener``); ``receive`` is then refused.
+        """
         # mypy cannot pick an overload for a union argument: the union of both results.
         consumer = cast(
             "AsyncConsumer | AsyncMultiTopicConsumer",
@@ -335,7 +345,7 @@ class Client:
                 )
             ),
         )
-        return Consumer(self, consumer)
+        return Consumer(self, consumer, message_listener)
 
     def create_reader(
         self,
@@ -346,8 +356,10 @@ class Client:
         receiver_queue_size: int = 1000,
         start_message_id_inclusive: bool = False,
         is_read_compacted: bool = False,
+        reader_listener: ReaderListener | None = None,
     ) -> Reader:
-        """Create a reader; see ``AsyncClient.create_reader``."""
+        """Create a reader; see ``AsyncClient.create_reader``. ``reader_listener``: as the
+        consumer's ``message_listener``, called as ``listener(reader, message)``."""
         reader = self._run(
             self._async.create_reader(
                 topic,
@@ -359,7 +371,7 @@ class Client:
                 is_read_compacted=is_read_compacted,
             )
         )
-        return Reader(self, reader)
+        return Reader(self, reader, reader_listener)
 
     def create_table_view(
         self,
@@ -395,6 +407,30 @@ class Client:
                 self._loop_thread.run(self._async.close())
             finally:
                 self._loop_thread.stop()
+            for listener in list(self._listeners):  # each ends: its consumer is closed
+                self._stop_listener(listener)
+
+    def _stop_listener(self, listener: ListenerThread | None) -> None:
+        """After its consumer (or this client) is closed: receiving raises AlreadyClosed there,
+        so the thread ends once its listener returns."""
+        if listener is not None:
+            listener.stop()
+            listener.join(self._async.config.operation_timeout)
+            self._listeners.discard(listener)
+
+    def _start_listener(
+        self,
+        name: str,
+        receive: Callable[[], Message],
+        listener: Callable[[Any, Message], None] | None,
+        owner: Consumer | Reader,
+    ) -> ListenerThread | None:
+        """A thread calling ``listener(owner, message)`` (None without a listener)."""
+        if listener is None:
+            return None
+        thread = ListenerThread(name, receive, functools.partial(listener, owner))
+        self._listeners.add(thread)
+        return thread.start()
 
     @property
     def async_client(self) -> AsyncClient:
@@ -608,9 +644,20 @@ class Consumer:
     ``get_last_message_id``...).
     """
 
-    def __init__(self, client: Client, consumer: AsyncConsumer | AsyncMultiTopicConsumer) -> None:
+    def __init__(
+        self,
+        client: Client,
+        consumer: AsyncConsumer | AsyncMultiTopicConsumer,
+        message_listener: MessageListener | None = None,
+    ) -> None:
         self._client = client
         self._consumer = consumer
+        self._listener = client._start_listener(
+            f"magnetar-listener-{consumer.topic()}-{consumer.subscription_name()}",
+            self._receive,
+            message_listener,
+            self,
+        )
 
     def topic(self) -> str:
         return self._consumer.topic()
@@ -632,6 +679,23 @@ class Consumer:
         return bool(children) and all(c.has_reached_end_of_topic() for c in children)
 
     def receive(self, timeout_millis: int | None = None) -> Message:
+        self._refuse_with_listener()
+        return self._receive(timeout_millis)
+
+    def _refuse_with_listener(self) -> None:
+        if self._listener is not None:
+            raise InvalidConfiguration("this consumer has a message listener: it cannot receive")
+
+    def pause_message_listener(self) -> None:
+        """No more calls to the message listener until ``resume_message_listener``."""
+        if self._listener is not None:
+            self._listener.pause()
+
+    def resume_message_listener(self) -> None:
+        if self._listener is not None:
+            self._listener.resume()
+
+    def _receive(self, timeout_millis: int | None = None) -> Message:
         consumer = self._consumer
         if not isinstance(consumer, AsyncConsumer):
             return self._client._run(consumer.receive(timeout_millis))
@@ -674,6 +738,7 @@ class Consumer:
         return self._client._run(consumer.get_last_message_id())
 
     def batch_receive(self, max_num_messages: int = 100, timeout_ms: int = 100) -> list[Message]:
+        self._refuse_with_listener()
         return self._client._run(self._consumer.batch_receive(max_num_messages, timeout_ms))
 
     def acknowledge(self, message: Message | MessageId) -> None:
@@ -695,7 +760,10 @@ class Consumer:
         self._client._run(self._consumer.unsubscribe())
 
     def close(self) -> None:
-        self._client._run(self._consumer.close())
+        try:
+            self._client._run(self._consumer.close())
+        finally:
+            self._client._stop_listener(self._listener)
 
     def __iter__(self) -> Consumer:
         return self
@@ -711,7 +779,12 @@ class Reader:
     """Blocking reader (``pulsar.Reader``'s API) over an ``AsyncReader`` (or, on a partitioned
     topic, an ``AsyncMultiTopicReader``)."""
 
-    def __init__(self, client: Client, reader: AsyncReader | AsyncMultiTopicReader) -> None:
+    def __init__(
+        self,
+        client: Client,
+        reader: AsyncReader | AsyncMultiTopicReader,
+        reader_listener: ReaderListener | None = None,
+    ) -> None:
         self._client = client
         self._reader = reader
         # One topic: read through the consumer facade's fast path (queued messages are taken
@@ -719,13 +792,21 @@ class Reader:
         self._receiver = (
             Consumer(client, reader.consumer) if isinstance(reader, AsyncReader) else None
         )
+        self._listener = client._start_listener(
+            f"magnetar-reader-listener-{reader.topic()}", self._read_next, reader_listener, self
+        )
 
     def topic(self) -> str:
         return self._reader.topic()
 
     def read_next(self, timeout_millis: int | None = None) -> Message:
+        if self._listener is not None:
+            raise InvalidConfiguration("this reader has a reader listener: it cannot read_next")
+        return self._read_next(timeout_millis)
+
+    def _read_next(self, timeout_millis: int | None = None) -> Message:
         if self._receiver is not None:
-            return self._receiver.receive(timeout_millis)
+            return self._receiver._receive(timeout_millis)
         return self._client._run(self._reader.read_next(timeout_millis))
 
     def get_last_message_id(self) -> MessageId:
@@ -744,7 +825,10 @@ class Reader:
         self._client._run(self._reader.seek(target))
 
     def close(self) -> None:
-        self._client._run(self._reader.close())
+        try:
+            self._client._run(self._reader.close())
+        finally:
+            self._client._stop_listener(self._listener)
 
     def __iter__(self) -> Reader:
         return self
