@@ -29,15 +29,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.compat]
 EARLIEST = InitialPosition.Earliest
 
 
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    broker = BrokerThread(broker_config(tmp_path_factory.mktemp("consumer") / "data")).start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
-
-
 @pytest.fixture
 def official(running: BrokerThread) -> Iterator[pulsar.Client]:
     client = new_client(running.url)

@@ -10,7 +10,6 @@ import contextlib
 import os
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,20 +18,11 @@ from client import AsyncClient, Client, ClientUsedAfterFork, InitialPosition, Me
 from client.consumer import ConsumerType
 from client.errors import AlreadyClosed, Timeout
 from tests.client.test_sync import sockets_to
-from tests.helpers import BrokerThread, broker_config
+from tests.helpers import BrokerThread
 
 pytestmark = [pytest.mark.integration]
 
 EARLIEST = InitialPosition.Earliest
-
-
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    broker = BrokerThread(broker_config(tmp_path_factory.mktemp("hygiene") / "data")).start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 def new_topic() -> str:

@@ -5,25 +5,15 @@ properties) and is acknowledged on the source subscription; the others are untou
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from client import AsyncClient, AsyncConsumer, Client, ConsumerType, InitialPosition, MessageId
 from client.dead_letter import ORIGIN_MESSAGE_ID, REAL_TOPIC, ConsumerDeadLetterPolicy
 from client.errors import InvalidConfiguration, Timeout
-from tests.helpers import BrokerThread, broker_config
+from tests.helpers import BrokerThread
 
 pytestmark = [pytest.mark.integration]
-
-
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    broker = BrokerThread(broker_config(tmp_path_factory.mktemp("dlq") / "data")).start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 def new_topic() -> str:

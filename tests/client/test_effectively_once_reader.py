@@ -21,14 +21,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from client import AsyncClient, Client, Message, MessageId
 from client.effectively_once import AsyncEffectivelyOnceReader, EffectivelyOnceReader
-from tests.helpers import REPO, BrokerThread, broker_config, wait_until
+from tests.helpers import REPO, BrokerThread, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -62,15 +61,6 @@ def worker(url: str, topic: str, database: str, hang_at: str | None, marker: str
     ):
         reader.store.connection.execute(TABLE)
         reader.process_available()
-
-
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    broker = BrokerThread(broker_config(tmp_path_factory.mktemp("eo-reader") / "data")).start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 def new_topic() -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import socket
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -20,19 +19,10 @@ from client.errors import (
     TopicNotFound,
 )
 from client.http_lookup import _error
-from tests.helpers import BrokerThread, broker_config
+from tests.helpers import BrokerThread
 from tests.integration.test_partitioned_topics import create_partitioned
 
 pytestmark = [pytest.mark.integration]
-
-
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    broker = BrokerThread(broker_config(tmp_path_factory.mktemp("http") / "data")).start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 def closed_port() -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,18 +12,9 @@ from client import Client, MessageId
 from client.errors import InvalidConfiguration
 from client.message import Message
 from client.sync import Consumer, Reader
-from tests.helpers import BrokerThread, broker_config, topic_stats, wait_until
+from tests.helpers import BrokerThread, topic_stats, wait_until
 
 pytestmark = [pytest.mark.integration]
-
-
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    broker = BrokerThread(broker_config(tmp_path_factory.mktemp("listener") / "data")).start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 def new_topic() -> str:

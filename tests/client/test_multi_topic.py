@@ -6,28 +6,18 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from client import AsyncClient, Client, ConsumerType, InitialPosition, MessageId
 from client.errors import InvalidConfiguration, InvalidTopicName, Timeout
 from client.multi_topic import AsyncMultiTopicConsumer, pattern_namespace
-from tests.helpers import BrokerThread, broker_config
+from tests.helpers import BrokerThread
 
 pytestmark = [pytest.mark.integration]
 
 EARLIEST = InitialPosition.Earliest
 NAMESPACE = "persistent://public/default"
-
-
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    broker = BrokerThread(broker_config(tmp_path_factory.mktemp("multi") / "data")).start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 async def publish(client: AsyncClient, topic: str, values: list[str]) -> None:

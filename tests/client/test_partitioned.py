@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 
 import pulsar
 import pytest
@@ -20,7 +19,6 @@ from client.routing import PartitionsRoutingMode
 from protocol.hashing import murmur3_32_hash
 from tests.helpers import (
     BrokerThread,
-    broker_config,
     close_client,
     new_client,
     wait_until_async,
@@ -30,15 +28,6 @@ from tests.integration.test_partitioned_topics import admin, create_partitioned
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
 EARLIEST = InitialPosition.Earliest
-
-
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    broker = BrokerThread(broker_config(tmp_path_factory.mktemp("partitioned") / "data")).start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 def fresh(running: BrokerThread, partitions: int = 4) -> str:

@@ -4,24 +4,14 @@ exclusive, inside batches too), ``has_message_available``, seek, and the blockin
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from client import AsyncClient, Client, MessageId
 from client.errors import Timeout
-from tests.helpers import BrokerThread, broker_config
+from tests.helpers import BrokerThread
 
 pytestmark = [pytest.mark.integration]
-
-
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    broker = BrokerThread(broker_config(tmp_path_factory.mktemp("reader") / "data")).start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 def new_topic() -> str:

@@ -8,7 +8,6 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from client import Client, ClientUsedAfterFork, MessageId, ProducerQueueIsFull, 
 from client.errors import AlreadyClosed, OperationNotSupported, Timeout
 from tests.helpers import (
     BrokerThread,
-    broker_config,
     close_client,
     new_client,
     topic_stats,
@@ -28,15 +26,6 @@ from tests.helpers import (
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
-
-
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    broker = BrokerThread(broker_config(tmp_path_factory.mktemp("sync") / "data")).start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 def new_topic() -> str:
