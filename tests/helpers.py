@@ -227,12 +227,17 @@ def read_all(client: pulsar.Client, topic: str) -> list[bytes]:
         reader.close()
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Poll ``condition`` (every 20 ms) until it holds; fail after ``timeout`` seconds."""
+def wait_until(
+    condition: Callable[[], bool],
+    timeout: float = 10.0,
+    failure: Callable[[], str] = lambda: "condition not reached in time",
+) -> None:
+    """Poll ``condition`` (every 20 ms) until it holds; fail after ``timeout`` seconds with
+    ``failure()`` as the message."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
+            raise AssertionError(failure())
         time.sleep(0.02)
 
 

@@ -18,9 +18,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pulsar
 import pytest
+from click.testing import CliRunner
 
-from tests.helpers import BrokerProcess, wait_until
+from broker.admin_cli import main as admin_main
+from broker.cluster.bundles import bundle_of
+from protocol.topic_name import TopicName
+from tests.helpers import BrokerProcess, close_client, new_client, wait_until
 
 LEASE_TTL_MS = 3000  # short, so takeovers happen within seconds in tests
 
@@ -177,3 +182,42 @@ def http_lookup_owner(web_port: int, topic: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as reply:
         owner: str = json.loads(reply.read())["brokerUrl"]
     return owner
+
+
+def admin_cli(web_port: int, *args: str) -> str:
+    """``magnetar-admin --admin-url http://127.0.0.1:<web_port> <args>``: its output; fails the
+    test unless it exits 0."""
+    result = CliRunner().invoke(
+        admin_main, ["--admin-url", f"http://127.0.0.1:{web_port}", *args], catch_exceptions=False
+    )
+    assert result.exit_code == 0, (args, result.output)
+    return result.output
+
+
+def read_ids(url: str, topic: str) -> list[int]:
+    """Every message of ``topic`` from the start, each an integer in text."""
+    client = new_client(url, operation_timeout=60, io_threads=1)
+    try:
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, receiver_queue_size=5000)
+        ids = []
+        while reader.has_message_available():
+            ids.append(int(reader.read_next(10_000).data()))
+        return ids
+    finally:
+        close_client(client)
+
+
+def move_bundle_with_cli(web_port: int, topic: str, bundles: int, target: BrokerProcess) -> str:
+    """``magnetar-admin namespaces unload <ns> --bundle <topic's range> --destinationBroker``,
+    asking the broker at ``web_port``; the command's output."""
+    name = TopicName.parse(topic)
+    return admin_cli(
+        web_port,
+        "namespaces",
+        "unload",
+        str(name.namespace_name),
+        "--bundle",
+        bundle_of(name, bundles).range_name,
+        "--destinationBroker",
+        f"127.0.0.1:{target.web_port}",
+    )

@@ -16,6 +16,7 @@ from tests.cluster.conftest import (
     LEASE_TTL_MS,
     Cluster,
     free_port,
+    read_ids,
     start_etcd,
     stop_process,
 )
@@ -90,7 +91,7 @@ def test_brokers_ride_out_an_etcd_restart_and_register_again(tmp_path: Path) -> 
             stop.set()
             close_client(client)
         assert errors == []
-        assert read_ids(cluster.service_url) == list(range(1, len(acked) + 1))
+        assert read_ids(cluster.service_url, TOPIC) == list(range(1, len(acked) + 1))
         assert sorted(acked) == list(range(1, len(acked) + 1))
     finally:
         cluster.stop()
@@ -101,15 +102,3 @@ def stalled(acking: threading.Event, quiet: float = 0.5) -> bool:
     """No acknowledgement for ``quiet`` seconds (observed now): the event stays unset."""
     acking.clear()
     return not acking.wait(quiet)
-
-
-def read_ids(url: str) -> list[int]:
-    client = new_client(url, operation_timeout=60)
-    try:
-        reader = client.create_reader(TOPIC, pulsar.MessageId.earliest, receiver_queue_size=5000)
-        ids = []
-        while reader.has_message_available():
-            ids.append(int(reader.read_next(10_000).data()))
-        return ids
-    finally:
-        close_client(client)

@@ -19,6 +19,7 @@ from itertools import groupby
 from pathlib import Path
 
 from tests.cluster.conftest import Cluster, http_lookup_owner, restart_on_same_ports
+from tests.helpers import wait_until
 from tests.integration.test_exclusive_leaders import WINDOW, Worker, read_entries
 
 ENTRIES_PER_ROUND = 30
@@ -50,18 +51,19 @@ class ClusterWorker(Worker):
 
 
 def live_leader(workers: list[Worker], timeout: float = 90.0) -> Worker:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        leaders = [
+    leaders: list[Worker] = []
+
+    def one_leader() -> bool:
+        leaders[:] = [
             w
             for w in workers
             if not w.killed and w.proc.poll() is None and w.is_leader and not w.event("FENCED")
         ]
         assert len(leaders) <= 1, "two live leaders at once"
-        if leaders:
-            return leaders[0]
-        time.sleep(0.02)
-    raise AssertionError("no leader")
+        return bool(leaders)
+
+    wait_until(one_leader, timeout, lambda: "no leader")
+    return leaders[0]
 
 
 def fenced(worker: Worker) -> bool:

@@ -24,9 +24,10 @@ from tests.cluster.conftest import (
     LEASE_TTL_MS,
     Cluster,
     http_lookup_owner,
+    read_ids,
     restart_on_same_ports,
 )
-from tests.helpers import close_client, new_client
+from tests.helpers import close_client, new_client, wait_until
 
 TOPIC = "persistent://public/default/failover"
 
@@ -50,6 +51,7 @@ def run_kills(cluster: Cluster, *, count: int, kills: int, sigterm: bool = False
     client = new_client(url, operation_timeout=60, io_threads=1)
     outcome = Outcome(set(), [])
     lock = threading.Lock()
+    stop = threading.Event()
     try:
         producer = client.create_producer(
             TOPIC,
@@ -75,8 +77,8 @@ def run_kills(cluster: Cluster, *, count: int, kills: int, sigterm: bool = False
         def send_all() -> None:
             for seq in range(1, count + 1):
                 producer.send_async(f"{seq}".encode(), callback_for(seq), sequence_id=seq)
-                if seq % 100 == 0:
-                    time.sleep(0.05)  # paced (~2,000/s), so the kills land mid-stream
+                if seq % 100 == 0 and stop.wait(0.05):  # paced (~2,000/s): kills land mid-stream
+                    return  # the test failed and ended: stop sending
 
         sender = threading.Thread(target=send_all, daemon=True)
         sender.start()
@@ -100,35 +102,24 @@ def run_kills(cluster: Cluster, *, count: int, kills: int, sigterm: bool = False
         wait_for_acks(outcome, count, 120)
         assert not sender.is_alive()
     finally:
+        stop.set()
         close_client(client)
-    outcome.stored = read_ids(url)
+    outcome.stored = read_ids(url, TOPIC)
     return outcome
 
 
 def wait_for_new_owner(cluster: Cluster, former: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while owner_of(cluster, TOPIC) == former:
-        assert time.monotonic() < deadline, "nobody took the bundle over"
-        time.sleep(0.05)
+    wait_until(
+        lambda: owner_of(cluster, TOPIC) != former, timeout, lambda: "nobody took the bundle over"
+    )
 
 
 def wait_for_acks(outcome: Outcome, count: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while len(outcome.acked) < count:
-        assert time.monotonic() < deadline, f"stalled at {len(outcome.acked)} acks (< {count})"
-        time.sleep(0.01)
-
-
-def read_ids(url: str) -> list[int]:
-    client = new_client(url, operation_timeout=60, io_threads=1)
-    try:
-        reader = client.create_reader(TOPIC, pulsar.MessageId.earliest, receiver_queue_size=5000)
-        ids = []
-        while reader.has_message_available():
-            ids.append(int(reader.read_next(10_000).data()))
-        return ids
-    finally:
-        close_client(client)
+    wait_until(
+        lambda: len(outcome.acked) >= count,
+        timeout,
+        lambda: f"stalled at {len(outcome.acked)} acks (< {count})",
+    )
 
 
 def check(outcome: Outcome, count: int, kills: int, how: str = "SIGKILL") -> None:

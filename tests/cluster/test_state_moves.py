@@ -4,12 +4,8 @@ position with its PIP-54 batch-index acknowledgements, and the idempotency-key w
 from __future__ import annotations
 
 import pulsar
-from click.testing import CliRunner
 
-from broker.admin_cli import main
-from broker.cluster.bundles import bundle_of
-from protocol.topic_name import TopicName
-from tests.cluster.conftest import Cluster, http_lookup_owner
+from tests.cluster.conftest import Cluster, http_lookup_owner, move_bundle_with_cli
 from tests.helpers import close_client
 from tests.integration.test_batch_index_ack import (
     drain,
@@ -56,23 +52,7 @@ def test_batch_index_acks_and_the_idempotency_window_move_with_the_bundle(
 
     owner = cluster.by_url(http_lookup_owner(first.web_port, TOPIC))
     target = next(b for b in cluster.brokers if b is not owner)
-    bundle = bundle_of(TopicName.parse(TOPIC), 4).range_name
-    moved = CliRunner().invoke(
-        main,
-        [
-            "--admin-url",
-            f"http://127.0.0.1:{first.web_port}",
-            "namespaces",
-            "unload",
-            "public/default",
-            "--bundle",
-            bundle,
-            "--destinationBroker",
-            f"127.0.0.1:{target.web_port}",
-        ],
-        catch_exceptions=False,
-    )
-    assert moved.exit_code == 0, moved.output
+    move_bundle_with_cli(first.web_port, TOPIC, 4, target)
     assert http_lookup_owner(first.web_port, TOPIC) == target.url
 
     client = make_client(cluster.service_url)

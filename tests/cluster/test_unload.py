@@ -6,7 +6,6 @@ import http.client
 import itertools
 import json
 import threading
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
@@ -14,7 +13,7 @@ from collections.abc import Callable
 import mmh3
 import pulsar
 
-from tests.cluster.conftest import Cluster, http_lookup_owner
+from tests.cluster.conftest import Cluster, http_lookup_owner, read_ids
 from tests.helpers import close_client, new_client, wait_until
 
 TOPIC = "persistent://public/default/moving"
@@ -56,6 +55,7 @@ def test_unloading_a_bundle_moves_it_while_a_producer_sends(cluster: Cluster) ->
     acked: set[int] = set()
     errors: list[pulsar.Result] = []
     client = new_client(cluster.service_url, operation_timeout=60, io_threads=1)
+    stop = threading.Event()
     try:
         producer = client.create_producer(
             TOPIC,
@@ -78,8 +78,8 @@ def test_unloading_a_bundle_moves_it_while_a_producer_sends(cluster: Cluster) ->
         def send_all() -> None:
             for seq in range(1, count + 1):
                 producer.send_async(f"{seq}".encode(), callback_for(seq), sequence_id=seq)
-                if seq % 100 == 0:
-                    time.sleep(0.05)  # paced, so the moves land mid-stream
+                if seq % 100 == 0 and stop.wait(0.05):  # paced, so the moves land mid-stream
+                    return  # the test failed and ended: stop sending
 
         sender = threading.Thread(target=send_all, daemon=True)
         sender.start()
@@ -98,16 +98,8 @@ def test_unloading_a_bundle_moves_it_while_a_producer_sends(cluster: Cluster) ->
         sender.join(120)
         wait_until(lambda: len(acked) == count, 120)
     finally:
+        stop.set()
         close_client(client)
     assert errors == []
-    reader_client = new_client(cluster.service_url)
-    try:
-        reader = reader_client.create_reader(
-            TOPIC, pulsar.MessageId.earliest, receiver_queue_size=5000
-        )
-        stored = []
-        while reader.has_message_available():
-            stored.append(int(reader.read_next(10_000).data()))
-    finally:
-        close_client(reader_client)
+    stored = read_ids(cluster.service_url, TOPIC)
     assert stored == list(range(1, count + 1))  # no loss, no duplicate, in order

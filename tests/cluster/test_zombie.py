@@ -17,7 +17,7 @@ from protocol import commands, pb
 from protocol.metadata import encode_entry
 from protocol.topic_name import TopicName
 from tests.cluster.conftest import Cluster, http_lookup_owner
-from tests.helpers import close_client, new_client
+from tests.helpers import close_client, new_client, wait_until
 from tests.raw_client import RawConnection, RawSession
 
 T = pb.BaseCommand.Type
@@ -41,26 +41,34 @@ def settled(conn: RawConnection, seqs: range) -> bool:
     return set(seqs) <= errors | receipts(conn) or bool(conn.of_type(T.CLOSE_PRODUCER))
 
 
+def writer_with_five_receipts(port: int, topic: str) -> RawConnection:
+    """A raw producer ("zombie-writer", id 1) on the broker at ``port`` whose sequence ids 1-5
+    are acknowledged: the owner is serving before it is paused."""
+    conn = RawConnection(port)
+    conn.handshake()
+    conn.create_producer(topic, 1, "zombie-writer")
+    for seq in range(1, 6):
+        conn.send(commands.send(1, seq, entry(seq)))
+    conn.read_until(lambda _frames: receipts(conn) == {1, 2, 3, 4, 5})
+    return conn
+
+
 def test_a_paused_owner_never_acknowledges_nor_exposes_writes_after_takeover(
     cluster: Cluster,
 ) -> None:
     zombie = cluster.by_url(http_lookup_owner(cluster.brokers[0].web_port, TOPIC))
     others = [b for b in cluster.brokers if b is not zombie]
-    conn = RawConnection(zombie.port)
-    conn.handshake()
-    conn.create_producer(TOPIC, 1, "zombie-writer")
-    for seq in range(1, 6):
-        conn.send(commands.send(1, seq, entry(seq)))
-    conn.read_until(lambda _frames: receipts(conn) == {1, 2, 3, 4, 5})
-
+    conn = writer_with_five_receipts(zombie.port, TOPIC)
     assert zombie.proc is not None
     zombie.proc.send_signal(signal.SIGSTOP)
     late = range(6, 16)
     try:
-        deadline = time.monotonic() + 30
-        while (owner := http_lookup_owner(others[0].web_port, TOPIC)) == zombie.url:
-            assert time.monotonic() < deadline, "no takeover while the owner was stopped"
-            time.sleep(0.05)
+        wait_until(
+            lambda: http_lookup_owner(others[0].web_port, TOPIC) != zombie.url,
+            30,
+            lambda: "no takeover while the owner was stopped",
+        )
+        owner = http_lookup_owner(others[0].web_port, TOPIC)
         client = new_client(owner)
         try:
             successor = client.create_producer(TOPIC, producer_name="successor")
@@ -125,13 +133,7 @@ def test_an_owner_fenced_through_the_file_acknowledges_nothing_more(cluster: Clu
     topic = "persistent://public/default/fenced-by-file"
     old = cluster.by_url(http_lookup_owner(cluster.brokers[0].web_port, topic))
     new = next(b for b in cluster.brokers if b is not old)
-    conn = RawConnection(old.port)
-    conn.handshake()
-    conn.create_producer(topic, 1, "zombie-writer")
-    for seq in range(1, 6):
-        conn.send(commands.send(1, seq, entry(seq)))
-    conn.read_until(lambda _frames: receipts(conn) == {1, 2, 3, 4, 5})
-
+    conn = writer_with_five_receipts(old.port, topic)
     assert old.proc is not None
     old.proc.send_signal(signal.SIGSTOP)
     late = range(6, 16)
