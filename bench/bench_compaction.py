@@ -6,7 +6,8 @@ Defaults are the issue's size: a 1 GiB topic (``--entries 1000000`` entries of `
 run, client part included, takes about a minute (writing the log 8 s, compacting it 15-18 s).
 Figures:
 
-* ``compaction``: ``broker.compaction.compact`` on the whole log (both phases and the durable view
+* ``compaction``: ``broker.compaction.compactor.compact`` on the whole log (both phases and the
+durable view
   file): seconds, MB/s of log bytes, keyed messages/s (every message is keyed here), distinct
   keys/s, entries kept.
 * ``rebuild``: folding entries into a key -> value table from the compacted view (what a
@@ -38,9 +39,9 @@ import pulsar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from broker.compaction import compact
+from broker.compaction.compactor import compact
 from broker.storage import Ledger, LedgerConfig, OsFileLayer
-from broker.storage.compacted import CompactedView
+from broker.storage.compacted_view import CompactedView
 from protocol import pb
 from protocol.metadata import decode_entry, encode_entry
 from tests.helpers import BrokerProcess

@@ -40,10 +40,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker.config import BrokerConfig
-from broker.dedup import MessageDeduplication
-from broker.dedup_recovery import DEDUP_CURSOR, dedup_config_from, recover_dedup
+from broker.publish.dedup import MessageDeduplication
+from broker.publish.dedup_snapshot import DEDUP_CURSOR, dedup_config_from, recover_dedup
 from broker.storage import InitialPosition, Ledger, LedgerConfig, Position
-from broker.topic import ledger_config_from
+from broker.topics.topic import ledger_config_from
 from protocol import pb
 from protocol.metadata import encode_entry
 

@@ -1,4 +1,4 @@
-"""Memory per tracked producer in broker.dedup.MessageDeduplication.
+"""Memory per tracked producer in broker.publish.dedup.MessageDeduplication.
 
 For each name style, 100k producers each publish one entry (``check`` + ``on_persisted``,
 both given the same name and id objects, as the topic does), so every name is in both the
@@ -25,7 +25,7 @@ import sys
 import tracemalloc
 from collections.abc import Callable
 
-from broker.dedup import MessageDeduplication
+from broker.publish.dedup import MessageDeduplication
 
 NAME_STYLES: dict[str, Callable[[int, random.Random], str]] = {
     # What Java generates: <cluster>-<broker id>-<counter>.

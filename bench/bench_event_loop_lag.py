@@ -32,10 +32,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker.config import BrokerConfig, load_config
-from broker.dedup_recovery import DEDUP_CURSOR
+from broker.publish.dedup_snapshot import DEDUP_CURSOR
 from broker.server import Broker, topic_directory
 from broker.storage import InitialPosition, Ledger
-from broker.topic import ledger_config_from
+from broker.topics.topic import ledger_config_from
 from protocol import pb
 from protocol.metadata import encode_entry
 from protocol.topic_name import TopicName

@@ -32,18 +32,18 @@ from pathlib import Path
 
 from broker.config import BrokerConfig
 from broker.errors import BrokerError
-from broker.idempotency import (
+from broker.publish.idempotency_snapshot import encode_snapshot, recover_window, window_config_from
+from broker.publish.idempotency_window import (
     IDEMPOTENCY_CURSOR,
     IDEMPOTENCY_KEY_PROPERTY,
     IdempotencyWindow,
     WindowConfig,
     pack_location,
 )
-from broker.idempotency_recovery import encode_snapshot, recover_window, window_config_from
-from broker.producer import Producer
-from broker.producer_access import AccessMode
+from broker.publish.producer_access import AccessMode
+from broker.publish.producers import Producer
 from broker.storage import InitialPosition, Ledger, LedgerConfig, Position, cursor_file
-from broker.topic import Topic
+from broker.topics.topic import Topic
 from protocol import pb
 from protocol.metadata import encode_entry
 from protocol.topic_name import TopicName

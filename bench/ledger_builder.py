@@ -14,7 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-from broker.dedup_recovery import DEDUP_CURSOR
+from broker.publish.dedup_snapshot import DEDUP_CURSOR
 from broker.server import topic_directory
 from broker.storage import InitialPosition, Ledger, LedgerConfig
 from protocol._pb import PulsarApi_pb2 as pb

@@ -186,7 +186,7 @@ class BrokerConfig:
         "brokerDeduplicationProducerInactivityTimeoutMinutes", 360, minimum=1
     )
 
-    # --- idempotency-key window (issue #16, broker/idempotency.py) --------------------------
+    # --- idempotency-key window (issue #16, broker/publish/idempotency_window.py) ---------
     # A message whose ``magnetar.idempotency-key`` was seen on the topic within this many
     # seconds is a duplicate (JetStream's default window: 2 min); 0 turns key checks off.
     idempotency_window_seconds: int = _setting("idempotencyWindowSeconds", 120, minimum=0)

@@ -32,19 +32,16 @@ from broker.blocking import run_blocking
 from broker.cluster.bundles import Bundle
 from broker.cluster.fence import FenceCheck, StaleOwnershipError, install_fence
 from broker.cluster.service import ClusterService, start_cluster
-from broker.compaction import apply_compaction_threshold
+from broker.compaction.compactor import apply_compaction_threshold
 from broker.config import BrokerConfig
-from broker.connection import ServerConnection
-from broker.connection_limits import ConnectionLimiter
-from broker.damaged_topics import DamagedTopics, TopicDamage
-from broker.dedup import MessageDeduplication
-from broker.dedup_recovery import dedup_config_from, open_ledger_for_dedup, recover_dedup
+from broker.connection.core import ServerConnection
+from broker.connection.limits import ConnectionLimiter
 from broker.errors import ServiceNotReady, TopicNotFound
-from broker.idempotency import IdempotencyWindow, WindowConfig
-from broker.idempotency_recovery import recover_window, window_config_for
-from broker.message_expiry import run_message_expiry
-from broker.metadata_store import PartitionStore, PolicyStore, SchemaStore
-from broker.non_persistent import get_non_persistent_topic
+from broker.metadata.stores import PartitionStore, PolicyStore, SchemaStore
+from broker.publish.dedup import MessageDeduplication
+from broker.publish.dedup_snapshot import dedup_config_from, open_ledger_for_dedup, recover_dedup
+from broker.publish.idempotency_snapshot import recover_window, window_config_for
+from broker.publish.idempotency_window import IdempotencyWindow, WindowConfig
 from broker.storage import (
     CorruptCursorError,
     CorruptLedgerError,
@@ -57,8 +54,11 @@ from broker.storage import (
 from broker.storage.files import ensure_directory
 from broker.storage.lock import LedgerLock
 from broker.tls import server_ssl_context
-from broker.topic import Topic, ledger_config_from
-from broker.topic_policies import apply_retention, auto_topic_creation_allowed
+from broker.topics.damaged import DamagedTopics, TopicDamage
+from broker.topics.message_expiry import run_message_expiry
+from broker.topics.non_persistent import get_non_persistent_topic
+from broker.topics.policies import apply_retention, auto_topic_creation_allowed
+from broker.topics.topic import Topic, ledger_config_from
 from protocol.topic_name import (
     NON_PERSISTENT,
     InvalidTopicNameError,
@@ -153,7 +153,7 @@ class BrokerService:
 
     def topics_of_namespace(self, namespace: NamespaceName) -> list[str]:
         """Full names of the loaded topics and of the topic folders on disk, sorted (persistent
-        ones; ``broker.non_persistent.non_persistent_topics_of`` lists the others)."""
+        ones; ``broker.topics.non_persistent.non_persistent_topics_of`` lists the others)."""
         prefix = f"persistent://{namespace}/"
         names = {name for name in self.topics if name.startswith(prefix)}
         directory = namespace_directory(self.data_path, namespace)

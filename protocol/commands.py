@@ -727,7 +727,7 @@ def active_consumer_change(consumer_id: int, is_active: bool) -> bytes:
 
 def reached_end_of_topic(consumer_id: int) -> bytes:
     """REACHED_END_OF_TOPIC. The C++ client (<= 4.2.0) does not know it and reconnects: see
-    ``broker.connection_consumers.understands_reached_end_of_topic``."""
+    ``broker.connection.consumers.understands_reached_end_of_topic``."""
     cmd = T(type=T.REACHED_END_OF_TOPIC)
     cmd.reachedEndOfTopic.consumer_id = to_u64(consumer_id)
     return encode_command(cmd)

@@ -24,7 +24,7 @@ from protocol.topic_name import InvalidTopicNameError, NamespaceName, TopicName,
 
 if TYPE_CHECKING:
     from broker.server import BrokerService
-    from broker.topic import Topic
+    from broker.topics.topic import Topic
 
 SERVICE: web.AppKey[BrokerService] = web.AppKey("service", object)  # type: ignore[arg-type]
 _PLUS_IS_SPACE = frozenset({"topic", "subscription"})

@@ -24,8 +24,8 @@ from broker.admin.common import (
     service_of,
     topic_in_namespace,
 )
-from broker.idempotency_recovery import window_config_for
-from broker.metadata_store import IDEMPOTENCY_WINDOW
+from broker.metadata.stores import IDEMPOTENCY_WINDOW
+from broker.publish.idempotency_snapshot import window_config_for
 
 if TYPE_CHECKING:
     from broker.server import BrokerService

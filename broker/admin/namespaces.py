@@ -34,8 +34,8 @@ from broker.admin.topics import (
     namespace_topics,
     retention_body,
 )
-from broker.compaction import apply_compaction_thresholds
-from broker.metadata_store import (
+from broker.compaction.compactor import apply_compaction_thresholds
+from broker.metadata.stores import (
     AUTO_TOPIC_CREATION,
     COMPACTION_THRESHOLD,
     MESSAGE_TTL,

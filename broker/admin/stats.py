@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.dedup_recovery import DEDUP_CURSOR
+from broker.publish.dedup_snapshot import DEDUP_CURSOR
 from broker.storage import Position
 
 if TYPE_CHECKING:
-    from broker.producer import Producer
+    from broker.dispatch.subscription import Subscription
+    from broker.publish.producers import Producer
     from broker.storage import Cursor
-    from broker.subscription import Subscription
-    from broker.topic import Topic
+    from broker.topics.topic import Topic
 
 _SUMMED = (
     "msgRateIn",

@@ -27,14 +27,14 @@ from broker.admin.common import (
     topic_in_namespace,
 )
 from broker.admin.topics import TOPIC
-from broker.dedup_recovery import DEDUP_CURSOR
-from broker.message_expiry import expire_messages
+from broker.publish.dedup_snapshot import DEDUP_CURSOR
 from broker.storage import Position
+from broker.topics.message_expiry import expire_messages
 from protocol.ids import MessageId
 
 if TYPE_CHECKING:
-    from broker.subscription import Subscription
-    from broker.topic import Topic
+    from broker.dispatch.subscription import Subscription
+    from broker.topics.topic import Topic
 
 
 async def _topics(request: web.Request) -> list[Topic]:

@@ -28,10 +28,10 @@ from broker.admin.common import (
 )
 from broker.blocking import run_blocking
 from broker.errors import TopicDamaged
-from broker.metadata_store import MESSAGE_TTL, RETENTION
+from broker.metadata.stores import MESSAGE_TTL, RETENTION
 from broker.storage import OsFileLayer
 from broker.storage.files import ensure_directory
-from broker.topic_policies import apply_retention
+from broker.topics.policies import apply_retention
 from protocol.topic_name import NamespaceName, TopicName
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ async def terminate_topic(request: web.Request) -> web.Response:
     ``MessageIdImpl`` JSON). Producers are refused with TopicTerminatedError from then on,
     across restarts. Consumers read up to the last message, then get REACHED_END_OF_TOPIC
     (except C++-based clients, which do not know it: see
-    ``broker.connection_consumers.understands_reached_end_of_topic``)."""
+    ``broker.connection.consumers.understands_reached_end_of_topic``)."""
     name = topic_in_namespace(request)
     service = service_of(request)
     if is_partitioned(service, name):

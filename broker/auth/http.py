@@ -20,7 +20,7 @@ from aiohttp import web
 
 from broker.admin.common import SERVICE, AdminError, namespace_name, tenant_name, topic_name
 from broker.auth.authorization import Authorizer
-from broker.auth.connection import peer_certificate
+from broker.auth.handshake import peer_certificate
 from broker.auth.identity import AuthenticationFailure
 from broker.metrics import METRICS_PATH
 

@@ -6,7 +6,7 @@ nor ``protocol``. Entries are opaque bytes. Public surface: see docs/CONTRACTS.m
 
 from broker.storage.config import LedgerConfig
 from broker.storage.cursor import Cursor
-from broker.storage.cursors import cursor_file, quarantine_cursor_file
+from broker.storage.cursor_registry import cursor_file, quarantine_cursor_file
 from broker.storage.errors import (
     CorruptCursorError,
     CorruptLedgerError,

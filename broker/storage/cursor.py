@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
-from broker.storage.cursor_state import CursorState, encode_cursor_state
+from broker.storage.cursor_file import CursorState, encode_cursor_state
 from broker.storage.errors import InvalidPositionError, LedgerClosedError
 from broker.storage.files import FileLayer, atomic_write
 from broker.storage.position import Position

@@ -37,7 +37,7 @@ from broker.storage.buckets import BucketsSnapshot
 from broker.storage.cache import EntryCache
 from broker.storage.config import LedgerConfig
 from broker.storage.cursor import Cursor
-from broker.storage.cursors import CURSOR_DIR, CursorRegistry
+from broker.storage.cursor_registry import CURSOR_DIR, CursorRegistry
 from broker.storage.errors import LedgerClosedError
 from broker.storage.files import (
     FileLayer,
@@ -49,7 +49,7 @@ from broker.storage.files import (
     segment_file_name,
     unlink_durably,
 )
-from broker.storage.meta_store import MetadataStore
+from broker.storage.ledger_meta import MetadataStore
 from broker.storage.position import Position
 from broker.storage.preallocate import shared_preallocator
 from broker.storage.reader import UNLIMITED, EntryReader

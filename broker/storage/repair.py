@@ -51,8 +51,8 @@ from typing import Any
 
 import crc32c
 
-from broker.storage.cursor_state import decode_cursor_state
-from broker.storage.cursors import CURSOR_DIR, CURSOR_SUFFIX, cursor_file
+from broker.storage.cursor_file import decode_cursor_state
+from broker.storage.cursor_registry import CURSOR_DIR, CURSOR_SUFFIX, cursor_file
 from broker.storage.errors import CorruptLedgerError
 from broker.storage.files import (
     FileLayer,
@@ -65,7 +65,7 @@ from broker.storage.files import (
     segment_file_name,
     write_all,
 )
-from broker.storage.metadata import (
+from broker.storage.ledger_meta_file import (
     LedgerMetadata,
     SealedLedger,
     current_metadata_path,

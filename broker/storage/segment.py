@@ -47,7 +47,7 @@ import crc32c
 
 from broker.storage.errors import CorruptLedgerError
 from broker.storage.files import FileLayer, write_all
-from broker.storage.metadata import SealedLedger
+from broker.storage.ledger_meta_file import SealedLedger
 from broker.storage.recovery import RECORD_HEADER, RECORD_HEADER_SIZE, record_crc, scan_valid_prefix
 
 log = logging.getLogger(__name__)

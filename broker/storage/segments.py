@@ -15,7 +15,7 @@ import threading
 from bisect import bisect_left
 from collections.abc import Iterable
 
-from broker.storage.metadata import SealedLedger
+from broker.storage.ledger_meta_file import SealedLedger
 from broker.storage.position import Position
 from broker.storage.segment import Segment
 

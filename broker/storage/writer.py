@@ -41,7 +41,7 @@ from broker.storage.cache import EntryCache
 from broker.storage.config import MAX_ENTRY_BYTES, LedgerConfig
 from broker.storage.errors import LedgerClosedError, LedgerFlushError
 from broker.storage.files import TEMP_SUFFIX, FileLayer, segment_file_name, unlink_durably
-from broker.storage.meta_store import MetadataStore
+from broker.storage.ledger_meta import MetadataStore
 from broker.storage.position import Position
 from broker.storage.recovery import RECORD_HEADER_SIZE, encode_records
 from broker.storage.segment import HEADER_SIZE, Segment, preallocate_file

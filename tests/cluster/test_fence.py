@@ -16,7 +16,7 @@ from broker.cluster.fence import (
     read_fence_epoch,
 )
 from broker.storage import Ledger, LedgerConfig, Position
-from broker.storage.metadata import metadata_files
+from broker.storage.ledger_meta_file import metadata_files
 
 
 def always_valid() -> bool:

@@ -18,8 +18,8 @@ import pulsar
 import pytest
 import yarl
 
-from broker.message_expiry import expire_all
 from broker.server import BrokerService
+from broker.topics.message_expiry import expire_all
 from protocol.topic_name import TopicName
 from tests.helpers import BrokerThread, new_client, wait_until
 

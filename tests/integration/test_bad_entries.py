@@ -13,7 +13,7 @@ import pytest
 
 from broker.server import topic_directory
 from broker.storage import Ledger
-from broker.topic import ledger_config_from
+from broker.topics.topic import ledger_config_from
 from protocol import commands, pb
 from protocol.errors import ServerError
 from protocol.metadata import encode_entry

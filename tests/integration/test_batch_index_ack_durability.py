@@ -28,8 +28,8 @@ import pytest
 
 from broker.server import topic_directory
 from broker.storage import Position
-from broker.storage.cursor_state import decode_cursor_state
-from broker.storage.cursors import CURSOR_DIR, CURSOR_SUFFIX, cursor_file_stem
+from broker.storage.cursor_file import decode_cursor_state
+from broker.storage.cursor_registry import CURSOR_DIR, CURSOR_SUFFIX, cursor_file_stem
 from broker.storage.files import read_file
 from protocol.topic_name import TopicName
 from tests.helpers import BrokerProcess

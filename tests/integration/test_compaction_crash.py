@@ -12,7 +12,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from broker.compaction import PAUSE_ENV, PAUSE_MARKER_ENV, STAGES
+from broker.compaction.compactor import PAUSE_ENV, PAUSE_MARKER_ENV, STAGES
 from tests.helpers import BrokerProcess, close_client, env, new_client, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

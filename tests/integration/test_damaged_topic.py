@@ -16,8 +16,8 @@ from typing import Any
 import pulsar
 import pytest
 
-from broker.dedup_recovery import open_ledger_for_dedup
 from broker.errors import ServiceNotReady, TopicDamaged
+from broker.publish.dedup_snapshot import open_ledger_for_dedup
 from broker.server import topic_directory
 from broker.storage.lock import LedgerLock
 from protocol.topic_name import TopicName

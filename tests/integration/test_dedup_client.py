@@ -252,7 +252,7 @@ def test_r8_cpp_batch_straddling_the_mark_is_stored_whole(broker: BrokerThread) 
     """The C++ client batches 2, 4, 6 (sent async after 2, 3, 5 were stored) into one entry
     carrying only the first id. Java's broker would acknowledge it as a duplicate and lose 6
     (Pulsar #6273). Magnetar reads the per-message ids, sees the batch reaches 6, and stores it
-    whole: 2 and 4 come twice, 6 is not lost (see broker/dedup.py)."""
+    whole: 2 and 4 come twice, 6 is not lost (see broker/publish/dedup.py)."""
     topic = new_topic()
     client = new_client(broker.url)
     try:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from broker.dedup_recovery import DEDUP_CURSOR
+from broker.publish.dedup_snapshot import DEDUP_CURSOR
 from broker.server import topic_directory
 from broker.storage import cursor_file
 from protocol.topic_name import TopicName

@@ -134,7 +134,7 @@ def test_our_client_non_persistent_and_regex_modes(broker: BrokerThread) -> None
 
 
 def test_an_idle_topic_is_forgotten(broker: BrokerThread, monkeypatch: pytest.MonkeyPatch) -> None:
-    import broker.non_persistent as non_persistent
+    import broker.topics.non_persistent as non_persistent
 
     monkeypatch.setattr(non_persistent, "IDLE_SECONDS", 0.2)
     topic = "non-persistent://public/default/np-idle"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from broker.connection import ServerConnection
+from broker.connection.core import ServerConnection
 from tests.helpers import close_client, new_client, wait_until
 from tests.integration.security_setup import (
     CONSUMER,

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from broker.config import BrokerConfig
-from broker.connection import ServerConnection
+from broker.connection.core import ServerConnection
 from tests.broker_watch import HealthyPair, LoopWatch, rss_bytes
 from tests.helpers import BrokerThread, broker_config, wait_until
 from tests.session_fuzzer import run_session_fuzz

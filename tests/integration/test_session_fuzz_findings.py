@@ -12,7 +12,7 @@ show it, over real sockets against an in-process broker.
    subscription to the closed topic and answered SUCCESS: a consumer that never gets anything.
 
 The fifth finding (an exclusive holder leaving an unloaded topic promoted the waiting producer
-into the closed ledger) is shown at the topic level, in ``tests/broker/test_topic_close.py``.
+into the closed ledger) is shown at the topic level, in ``tests/broker/topics/test_topic_close.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from broker.connection import ServerConnection
+from broker.connection.core import ServerConnection
 from broker.server import BrokerService
 from broker.storage.files import FileLayer
 from protocol import commands, pb

@@ -21,7 +21,7 @@ from broker.storage import (
     LedgerConfig,
     Position,
 )
-from broker.storage.cursor_state import decode_cursor_state
+from broker.storage.cursor_file import decode_cursor_state
 from broker.storage.files import read_file
 from tests.broker.storage.faults import InlineExecutor, NoSyncLayer
 

@@ -18,13 +18,13 @@ from broker.storage import (
     Position,
 )
 from broker.storage.files import segment_file_name
-from broker.storage.lock import LedgerLock
-from broker.storage.metadata import (
+from broker.storage.ledger_meta_file import (
     METADATA_FILE_NAME,
     LedgerMetadata,
     decode_metadata,
     encode_metadata,
 )
+from broker.storage.lock import LedgerLock
 from broker.storage.recovery import RECORD_HEADER_SIZE
 from broker.storage.repair import (
     MANIFEST_NAME,

@@ -1,0 +1,328 @@
+"""The consumer side of one client connection: SUBSCRIBE, FLOW, ACK, SEEK and friends.
+
+``ConsumerEndpoint`` holds the connection's consumers and implements ``ConsumerSink`` for the
+subscriptions (MESSAGE frames, broker-initiated CLOSE_CONSUMER, ACTIVE_CONSUMER_CHANGE). Frames go
+out only through its ``ServerConnection``, whose write buffer gives the back-pressure signal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from broker.dispatch.consumer import Consumer
+from broker.dispatch.subscription import Subscription, SubType
+from broker.errors import (
+    BrokerError,
+    ConsumerBusy,
+    MetadataError,
+    NotAllowed,
+    ServiceNotReady,
+    to_wire,
+)
+from broker.storage import Position
+from protocol import commands, pb
+from protocol.errors import ServerError
+from protocol.framing import Frame
+from protocol.ids import MessageId, from_u64
+
+if TYPE_CHECKING:
+    from broker.connection.core import ServerConnection
+    from broker.topics.topic import Topic
+
+T = pb.BaseCommand.Type
+
+
+@dataclass(eq=False)
+class _ConsumerState:
+    consumer: Consumer
+    subscription: Subscription
+    topic: Topic
+
+
+def understands_reached_end_of_topic(client_version: str) -> bool:
+    """Whether REACHED_END_OF_TOPIC may be sent to this client.
+
+    Java sends it to every client speaking protocol v9 or later, but the C++ client (and the
+    Python, Node.js and Go-over-C++ wrappers, which all announce ``Pulsar-CPP-v...``) has no case
+    for it in ``ClientConnection::handleIncomingCommand`` (checked up to 4.2.0): it logs
+    "Received invalid message from server" and closes the connection, then reconnects and gets
+    it again, forever. Those clients learn nothing from it, so they do not get it.
+    """
+    return not client_version.startswith("Pulsar-CPP")
+
+
+def _position(message_id: pb.MessageIdData) -> Position:
+    return Position(from_u64(message_id.ledgerId), from_u64(message_id.entryId))
+
+
+class ConsumerEndpoint:
+    """The consumers of one connection (ids are the client's, unique per connection)."""
+
+    def __init__(self, conn: ServerConnection) -> None:
+        self._conn = conn
+        self._service = conn.service
+        self._consumers: dict[int, _ConsumerState] = {}
+        self._subscribing: set[int] = set()  # consumer ids whose SUBSCRIBE is being handled
+
+    def handlers(self) -> dict[int, Callable[[Frame], None]]:
+        return {
+            T.SUBSCRIBE: self.on_subscribe,
+            T.FLOW: self.on_flow,
+            T.ACK: self.on_ack,
+            T.REDELIVER_UNACKNOWLEDGED_MESSAGES: self.on_redeliver_unacknowledged_messages,
+            T.SEEK: self.on_seek,
+            T.GET_LAST_MESSAGE_ID: self.on_get_last_message_id,
+            T.UNSUBSCRIBE: self.on_unsubscribe,
+            T.CLOSE_CONSUMER: self.on_close_consumer,
+            T.CONSUMER_STATS: self.on_consumer_stats,
+        }
+
+    def connection_lost(self) -> None:
+        """Detach every consumer: their unacknowledged entries go back for redelivery."""
+        for state in list(self._consumers.values()):
+            state.subscription.remove_consumer(state.consumer)
+        self._consumers.clear()
+
+    def reschedule_dispatch(self) -> None:
+        """The socket can take more: let every subscription of ours dispatch again."""
+        for state in self._consumers.values():
+            state.subscription.schedule_dispatch()
+
+    def is_writable(self) -> bool:
+        return self._conn.is_writable()
+
+    def on_subscribe(self, frame: Frame) -> None:
+        cmd = frame.command.subscribe
+        request_id = cmd.request_id
+        self._conn.request(request_id, lambda: self._subscribe(cmd, request_id))
+
+    async def _subscribe(self, cmd: pb.CommandSubscribe, request_id: int) -> None:
+        consumer_id = cmd.consumer_id
+        if consumer_id in self._subscribing:
+            # As Java: a second SUBSCRIBE for an id still being subscribed would attach a second
+            # consumer that closing the connection never detaches (the id names only one).
+            raise ServiceNotReady("Consumer is already present on the connection")
+        self._subscribing.add(consumer_id)
+        try:
+            await self._subscribe_new(cmd, request_id)
+        finally:
+            self._subscribing.discard(consumer_id)
+
+    async def _subscribe_new(self, cmd: pb.CommandSubscribe, request_id: int) -> None:
+        if not cmd.subscription:
+            raise MetadataError("Empty subscription name")
+        existing = self._consumers.get(cmd.consumer_id)
+        if existing is not None:
+            self._conn.write(commands.success(request_id))
+            return
+        topic_name = self._conn.parse_topic(cmd.topic)
+        self._conn.authorizer.check_consume(self._conn.auth.role, topic_name)
+        topic = await self._service.get_topic(topic_name, create=True)
+        durable = cmd.durable
+        start: MessageId | None = None
+        if not durable and cmd.HasField("start_message_id"):
+            start = MessageId.from_pb(cmd.start_message_id)
+        sub_type = SubType(cmd.subType)
+        if cmd.read_compacted and sub_type in (SubType.Shared, SubType.Key_Shared):
+            # As Java: the compacted view is read by a single active consumer.
+            raise NotAllowed("Optional read compacted is not supported for Shared subscriptions")
+        subscription = await topic.get_or_create_subscription(
+            cmd.subscription,
+            durable=durable,
+            start=None if start is None else topic.reader_start(start),
+            initial_earliest=cmd.initialPosition == pb.CommandSubscribe.Earliest,
+        )
+        if not subscription.consumers:
+            await topic.set_read_compacted(subscription, cmd.read_compacted)
+        consumer = Consumer(
+            consumer_id=cmd.consumer_id,
+            name=cmd.consumer_name,
+            sink=self,
+            priority_level=cmd.priority_level,
+        )
+        if self._conn.closing:
+            return
+        subscription.add_consumer(consumer, sub_type)
+        self._consumers[cmd.consumer_id] = _ConsumerState(consumer, subscription, topic)
+        self._conn.write(commands.success(request_id))
+
+    def _consumer_state(self, consumer_id: int) -> _ConsumerState:
+        state = self._consumers.get(consumer_id)
+        if state is None:
+            raise MetadataError("Consumer not found")
+        return state
+
+    def on_flow(self, frame: Frame) -> None:
+        cmd = frame.command.flow
+        state = self._consumers.get(cmd.consumer_id)
+        if state is not None:
+            state.subscription.add_permits(state.consumer, cmd.messagePermits)
+
+    def on_ack(self, frame: Frame) -> None:
+        cmd = frame.command.ack
+        state = self._consumers.get(cmd.consumer_id)
+        has_request = cmd.HasField("request_id")
+        if state is None:
+            if has_request:
+                self._conn.write(
+                    commands.ack_response(
+                        cmd.consumer_id,
+                        cmd.request_id,
+                        error=ServerError.ConsumerNotFound,
+                        message="Consumer not found",
+                    )
+                )
+            return
+        try:
+            if cmd.ack_type == pb.CommandAck.Cumulative:
+                if cmd.message_id:
+                    last = cmd.message_id[-1]
+                    state.subscription.acknowledge_cumulative(
+                        state.consumer, _position(last), list(last.ack_set) or None
+                    )
+            else:
+                acks = [(_position(m), list(m.ack_set) or None) for m in cmd.message_id]
+                state.subscription.acknowledge(state.consumer, acks)
+        except BrokerError as exc:
+            if has_request:
+                code, message = to_wire(exc)
+                self._conn.write(
+                    commands.ack_response(
+                        cmd.consumer_id, cmd.request_id, error=code, message=message
+                    )
+                )
+            return
+        if has_request:
+            self._conn.write(commands.ack_response(cmd.consumer_id, cmd.request_id))
+
+    def on_redeliver_unacknowledged_messages(self, frame: Frame) -> None:
+        cmd = frame.command.redeliverUnacknowledgedMessages
+        state = self._consumers.get(cmd.consumer_id)
+        if state is None:
+            return
+        positions = [_position(m) for m in cmd.message_ids] if cmd.message_ids else None
+        state.subscription.redeliver(state.consumer, positions)
+
+    def on_seek(self, frame: Frame) -> None:
+        cmd = frame.command.seek
+        request_id = cmd.request_id
+
+        async def seek() -> None:
+            state = self._consumer_state(cmd.consumer_id)
+            self._conn.authorizer.check_consume(self._conn.auth.role, state.topic.name)
+            topic, subscription = state.topic, state.subscription
+            if cmd.HasField("message_publish_time"):
+                target = await topic.find_position_by_publish_time(cmd.message_publish_time)
+            elif cmd.HasField("message_id"):
+                target = topic.seek_target(MessageId.from_pb(cmd.message_id))
+            else:
+                raise MetadataError("Seek needs a message id or a publish time")
+            if self._consumers.get(cmd.consumer_id) is not state or subscription.closed:
+                # Closed, unsubscribed or unloaded while the seek by time read the disk.
+                raise MetadataError("Consumer not found")
+            # Java's order, which the client expects: disconnect, reset, then reply.
+            subscription.disconnect_all()
+            subscription.reset_to(target)
+            self._conn.write(commands.success(request_id))
+
+        self._conn.request(request_id, seek)
+
+    def on_get_last_message_id(self, frame: Frame) -> None:
+        cmd = frame.command.getLastMessageId
+        request_id = cmd.request_id
+
+        async def get_last_message_id() -> None:
+            # Async: the last entry's batch index may have to be read from disk.
+            state = self._consumer_state(cmd.consumer_id)
+            last, mark_delete = await state.topic.last_message_id(state.subscription)
+            self._conn.write(commands.get_last_message_id_response(request_id, last, mark_delete))
+
+        self._conn.request(request_id, get_last_message_id)
+
+    def on_unsubscribe(self, frame: Frame) -> None:
+        cmd = frame.command.unsubscribe
+        request_id = cmd.request_id
+
+        async def unsubscribe() -> None:
+            state = self._consumer_state(cmd.consumer_id)
+            self._conn.authorizer.check_consume(self._conn.auth.role, state.topic.name)
+            others = [c for c in state.subscription.consumers if c is not state.consumer]
+            if others:
+                raise ConsumerBusy("Unconnected or shared consumer attempting to unsubscribe")
+            del self._consumers[cmd.consumer_id]
+            state.subscription.remove_consumer(state.consumer, redeliver=False)
+            await state.topic.delete_subscription(state.subscription.name)
+            self._conn.write(commands.success(request_id))
+
+        self._conn.request(request_id, unsubscribe)
+
+    def on_close_consumer(self, frame: Frame) -> None:
+        cmd = frame.command.close_consumer
+        state = self._consumers.pop(cmd.consumer_id, None)
+        if state is not None:
+            state.subscription.remove_consumer(state.consumer)
+        self._conn.write(commands.success(cmd.request_id))
+
+    def on_consumer_stats(self, frame: Frame) -> None:
+        cmd = frame.command.consumerStats
+        state = self._consumers.get(cmd.consumer_id)
+        if state is None:
+            self._conn.write(
+                commands.consumer_stats_response(
+                    cmd.request_id,
+                    error_code=ServerError.ConsumerNotFound,
+                    error_message="Consumer not found",
+                )
+            )
+            return
+        consumer = state.consumer
+        self._conn.write(
+            commands.consumer_stats_response(
+                cmd.request_id,
+                stats={
+                    "consumerName": consumer.name,
+                    "availablePermits": consumer.permits,
+                    "unackedMessages": consumer.unacked_messages,
+                    "msgBacklog": state.subscription.backlog(),
+                    "type": state.subscription.sub_type.name
+                    if state.subscription.sub_type is not None
+                    else "",
+                },
+            )
+        )
+
+    def send_message(
+        self,
+        consumer_id: int,
+        position: Position,
+        entry: bytes,
+        redelivery_count: int,
+        ack_set: list[int] | None,
+    ) -> None:
+        # The partition index goes in the id, as Pulsar's broker does: the official clients
+        # report it from there (message_id().partition()).
+        state = self._consumers.get(consumer_id)
+        partition = state.topic.name.partition if state is not None else -1
+        self._conn.write(
+            commands.message(
+                consumer_id,
+                MessageId(position.ledger_id, position.entry_id, partition),
+                entry,
+                redelivery_count,
+                ack_set,
+            )
+        )
+
+    def close_consumer(self, consumer_id: int) -> None:
+        # Forget the id first: the client re-subscribes with the same id after CLOSE_CONSUMER.
+        self._consumers.pop(consumer_id, None)
+        self._conn.write(commands.close_consumer(consumer_id))
+
+    def reached_end_of_topic(self, consumer_id: int) -> None:
+        if understands_reached_end_of_topic(self._conn.client_version):
+            self._conn.write(commands.reached_end_of_topic(consumer_id))
+
+    def active_consumer_change(self, consumer_id: int, is_active: bool) -> None:
+        self._conn.write(commands.active_consumer_change(consumer_id, is_active))

@@ -1,0 +1,171 @@
+"""``CursorRegistry``: a ledger's durable cursors, their files, and reader cursors.
+
+Durable cursor files live in ``<topic dir>/cursors/``, one per cursor, named after the cursor
+(percent-encoded; very long names fall back to a hash) with the real name stored inside and
+checked on load. On load, a cursor that remembers more than recovery found (mark-delete past
+the last durable entry: only possible with ``sync_data=False`` after a power loss, or after
+external damage) is clamped; acks of positions past the end are dropped.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Mapping
+from hashlib import sha256
+from pathlib import Path
+from types import MappingProxyType
+from uuid import uuid4
+
+from broker.storage.config import LedgerConfig
+from broker.storage.cursor import Cursor, CursorStore, LedgerView
+from broker.storage.cursor_file import CursorState, decode_cursor_state
+from broker.storage.errors import CorruptCursorError
+from broker.storage.files import FileLayer, list_files, read_file, unlink_durably
+from broker.storage.position import Position
+
+CURSOR_DIR = "cursors"
+CURSOR_SUFFIX = ".cursor"
+_MAX_STEM = 180
+
+
+def cursor_file_stem(name: str) -> str:
+    """A file-system-safe stem for cursor ``name``."""
+    quoted = urllib.parse.quote(name, safe="")
+    return quoted if len(quoted) <= _MAX_STEM else "h-" + sha256(name.encode()).hexdigest()
+
+
+def cursor_file(ledger_directory: Path, name: str) -> Path:
+    """Where durable cursor ``name`` of the ledger in ``ledger_directory`` is stored."""
+    return ledger_directory / CURSOR_DIR / (cursor_file_stem(name) + CURSOR_SUFFIX)
+
+
+def quarantine_cursor_file(ledger_directory: Path, name: str, layer: FileLayer) -> Path | None:
+    """Move a damaged cursor file aside (``.corrupt`` suffix, kept for inspection), durably.
+
+    For state that can be rebuilt (the PIP-6 snapshot): the ledger then opens without it.
+    Returns the new path, or None if there was no such file.
+    """
+    path = cursor_file(ledger_directory, name)
+    if not path.exists():
+        return None
+    target = path.with_name(path.name + ".corrupt")
+    layer.replace(path, target)
+    layer.fsync_dir(path.parent)
+    return target
+
+
+class CursorRegistry:
+    """Creates, loads, lists and deletes a ledger's cursors."""
+
+    def __init__(
+        self, ledger: LedgerView, directory: Path, layer: FileLayer, config: LedgerConfig
+    ) -> None:
+        self._ledger = ledger
+        self.directory = directory
+        self._layer = layer
+        self._config = config
+        self._cursors: dict[str, Cursor] = {}
+
+    @property
+    def durable(self) -> Mapping[str, Cursor]:
+        return MappingProxyType(dict(self._cursors))
+
+    def get(self, name: str) -> Cursor | None:
+        return self._cursors.get(name)
+
+    def persisted_marks(self) -> list[Position]:
+        """Every durable cursor's persisted mark-delete (what trimming may rely on)."""
+        # A copy first: a disk thread (trim) may ask while the loop adds or removes a cursor.
+        return [c.persisted_mark_delete_position for c in list(self._cursors.values())]
+
+    def path_of(self, name: str) -> Path:
+        return cursor_file(self.directory.parent, name)
+
+    def create(self, name: str, mark_delete: Position) -> Cursor:
+        """A new durable cursor, persisted before it is returned."""
+        cursor = self.new(name, mark_delete)
+        cursor.persist()
+        return self.register(cursor)
+
+    def new(self, name: str, mark_delete: Position) -> Cursor:
+        """A new durable cursor in memory only: `Cursor.persist` it, then `register` it."""
+        if not name:
+            raise ValueError("cursor name must not be empty")
+        return self._make(CursorState(name=name, mark_delete=mark_delete))
+
+    def register(self, cursor: Cursor) -> Cursor:
+        """Make a persisted new cursor one of the ledger's (the existing one if the name is
+        already taken)."""
+        return self._cursors.setdefault(cursor.name, cursor)
+
+    def delete(self, name: str) -> None:
+        self.detach(name)
+        self.remove_file(name)
+
+    def detach(self, name: str) -> None:
+        """Stop tracking cursor ``name`` (no I/O); `remove_file` then deletes its file."""
+        cursor = self._cursors.pop(name, None)
+        if cursor is not None:
+            cursor._mark_closed()
+
+    def remove_file(self, name: str) -> None:
+        """Delete the file of a detached cursor, durably (a disk operation)."""
+        unlink_durably(self._layer, self.path_of(name))
+
+    def non_durable(self, start: Position) -> Cursor:
+        state = CursorState(name=f"reader-{uuid4().hex[:12]}", mark_delete=start.previous())
+        return Cursor(
+            state.name,
+            self._ledger,
+            state,
+            store=None,
+            persist_interval_s=self._config.persist_interval_s,
+        )
+
+    def load_all(self, last: Position) -> None:
+        """Load every cursor file; ``last`` is the last durable position after recovery."""
+        for path in list_files(self.directory):
+            if not path.name.endswith(CURSOR_SUFFIX):
+                continue
+            state = decode_cursor_state(read_file(path), path)
+            if self.path_of(state.name) != path:
+                raise CorruptCursorError(path, 0, f"file holds cursor {state.name!r}")
+            cursor = self._make(state)
+            if cursor.mark_delete_position > last:
+                cursor._clamp(last)
+            else:
+                cursor._drop_beyond(last)
+            if cursor.dirty:
+                cursor.persist()
+            self._cursors[state.name] = cursor
+
+    def close_all(self) -> OSError | None:
+        """Close (and so persist) every durable cursor; returns the first error, if any."""
+        failure: OSError | None = None
+        for cursor in list(self._cursors.values()):
+            try:
+                cursor.close()
+            except OSError as exc:
+                failure = failure or exc
+        return failure
+
+    def abandon_all(self) -> None:
+        """Make every cursor unusable without persisting."""
+        for cursor in self._cursors.values():
+            cursor._mark_closed()
+        self._cursors.clear()
+
+    def _make(self, state: CursorState) -> Cursor:
+        store = CursorStore(
+            self._layer,
+            self.path_of(state.name),
+            self._config.max_unacked_ranges_to_persist,
+            self._config.max_batch_deleted_index_to_persist,
+        )
+        return Cursor(
+            state.name,
+            self._ledger,
+            state,
+            store=store,
+            persist_interval_s=self._config.persist_interval_s,
+        )
