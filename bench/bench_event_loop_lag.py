@@ -33,8 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker.config import BrokerConfig, load_config
 from broker.publish.dedup_snapshot import DEDUP_CURSOR
-from broker.server import Broker, topic_directory
+from broker.server import Broker
 from broker.storage import InitialPosition, Ledger
+from broker.storage.paths import topic_directory
 from broker.topics.topic import ledger_config_from
 from protocol import pb
 from protocol.metadata import encode_entry

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from broker.publish.dedup_snapshot import DEDUP_CURSOR
-from broker.server import topic_directory
 from broker.storage import InitialPosition, Ledger, LedgerConfig
+from broker.storage.paths import topic_directory
 from protocol._pb import PulsarApi_pb2 as pb
 from protocol.metadata import encode_entry
 from protocol.topic_name import TopicName

@@ -26,7 +26,7 @@ from hdrh.histogram import HdrHistogram
 from bench import ledger_builder, machine
 from bench.bench_client_produce import official
 from bench.pinned_broker import cpu_seconds, pid_of, rss_bytes, start_pinned
-from broker.server import topic_directory
+from broker.storage.paths import topic_directory
 from client.perf.cli import produce_run
 from client.perf.options import Dedup, PerfOptions
 from client.perf.raw import run_raw_produce

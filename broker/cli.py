@@ -237,7 +237,7 @@ def repair_topic(
 
 
 def _topic_directory(data_path: Path, name: TopicName) -> Path:
-    from broker.server import topic_directory  # the one name -> folder mapping
+    from broker.storage.paths import topic_directory  # the one name -> folder mapping
 
     directory: Path = topic_directory(data_path, name)
     return directory

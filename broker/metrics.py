@@ -46,7 +46,7 @@ from broker.storage.buckets import (
 )
 
 if TYPE_CHECKING:
-    from broker.server import BrokerService
+    from broker.service import BrokerService
     from broker.topics.topic import Topic
 
 __all__ = ["METRICS_PATH", "BrokerCollector", "add_metrics_route", "metrics_registry"]

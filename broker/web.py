@@ -21,7 +21,8 @@ from broker.metrics import add_metrics_route
 from broker.tls import server_ssl_context
 
 if TYPE_CHECKING:
-    from broker.server import Broker, BrokerService
+    from broker.config import BrokerConfig
+    from broker.service import BrokerService
 
 
 def build_app(service: BrokerService) -> web.Application:
@@ -36,11 +37,10 @@ def build_app(service: BrokerService) -> web.Application:
 
 
 async def start_web_server(
-    broker: Broker, service: BrokerService
+    config: BrokerConfig, service: BrokerService
 ) -> tuple[web.AppRunner, int, int]:
     """Serve the app on ``webServicePort`` and/or ``webServicePortTls``; returns the runner and
     the bound ports (0 for a port not served)."""
-    config = broker.config
     runner = web.AppRunner(build_app(service), access_log=None)
     await runner.setup()
     port = tls_port = 0

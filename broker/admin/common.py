@@ -23,7 +23,7 @@ from aiohttp import web
 from protocol.topic_name import InvalidTopicNameError, NamespaceName, TopicName, check_tenant_name
 
 if TYPE_CHECKING:
-    from broker.server import BrokerService
+    from broker.service import BrokerService
     from broker.topics.topic import Topic
 
 SERVICE: web.AppKey[BrokerService] = web.AppKey("service", object)  # type: ignore[arg-type]

@@ -28,7 +28,7 @@ from broker.metadata.stores import IDEMPOTENCY_WINDOW
 from broker.publish.idempotency_snapshot import window_config_for
 
 if TYPE_CHECKING:
-    from broker.server import BrokerService
+    from broker.service import BrokerService
 
 __all__ = ["routes"]
 

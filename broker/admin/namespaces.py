@@ -29,12 +29,12 @@ from broker.admin.common import (
 )
 from broker.admin.permissions import parse_actions
 from broker.admin.topics import (
+    apply_compaction_thresholds,
     apply_dedup_policies,
     apply_retention_policies,
     namespace_topics,
     retention_body,
 )
-from broker.compaction.compactor import apply_compaction_thresholds
 from broker.metadata.stores import (
     AUTO_TOPIC_CREATION,
     COMPACTION_THRESHOLD,
@@ -44,7 +44,7 @@ from broker.metadata.stores import (
 from protocol.topic_name import TopicName
 
 if TYPE_CHECKING:
-    from broker.server import BrokerService
+    from broker.service import BrokerService
 
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{ns}"
 

@@ -36,7 +36,7 @@ from broker.storage.files import ensure_directory
 from protocol.topic_name import PARTITION_SUFFIX, NamespaceName, TopicName
 
 if TYPE_CHECKING:
-    from broker.server import BrokerService
+    from broker.service import BrokerService
 
 #: Pulsar's ``maxNumPartitionsPerPartitionedTopic`` defaults to unlimited; here each partition
 #: is a folder made (and, on growth, a topic loaded) during the request, so bound it.
@@ -61,7 +61,7 @@ def _partitioned(service: BrokerService, name: TopicName) -> int:
 
 
 async def _make_partitions(service: BrokerService, name: TopicName, first: int, end: int) -> None:
-    from broker.server import topic_directory
+    from broker.storage.paths import topic_directory
 
     layer = service.file_layer or OsFileLayer()
     for index in range(first, end):

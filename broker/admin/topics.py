@@ -31,11 +31,10 @@ from broker.errors import TopicDamaged
 from broker.metadata.stores import MESSAGE_TTL, RETENTION
 from broker.storage import OsFileLayer
 from broker.storage.files import ensure_directory
-from broker.topics.policies import apply_retention
 from protocol.topic_name import NamespaceName, TopicName
 
 if TYPE_CHECKING:
-    from broker.server import BrokerService
+    from broker.service import BrokerService
 
 TOPIC = "/admin/v2/persistent/{tenant}/{ns}/{topic}"
 
@@ -79,7 +78,7 @@ async def _create(service: BrokerService, name: TopicName) -> None:
     """Create (and load) ``name`` whatever the auto-creation policy: an explicit request."""
     # get_topic(create=True) honours allowAutoTopicCreation; an admin create must not. So
     # create the folder (durably, in a disk thread) and load it as an existing topic.
-    from broker.server import topic_directory
+    from broker.storage.paths import topic_directory
 
     directory = topic_directory(service.data_path, name)
     await run_blocking(ensure_directory, service.file_layer or OsFileLayer(), directory)
@@ -238,8 +237,11 @@ async def apply_dedup_policies(service: BrokerService, namespace: str) -> None:
 
 
 def apply_retention_policies(service: BrokerService) -> None:
-    for topic in list(service.topics.values()):
-        apply_retention(service, topic)
+    service.topic_policies.apply_retention_to(service.topics.values())
+
+
+def apply_compaction_thresholds(service: BrokerService) -> None:
+    service.topic_policies.apply_compaction_threshold_to(service.topics.values())
 
 
 def retention_body(document: Any) -> dict[str, int]:

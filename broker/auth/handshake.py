@@ -28,7 +28,7 @@ from protocol.errors import ServerError
 from protocol.framing import Frame
 
 if TYPE_CHECKING:
-    from broker.connection.core import ServerConnection
+    from broker.connection.handle import ConnectionHandle
 
 __all__ = ["REFRESH_AUTH_DATA", "ConnectionAuth"]
 
@@ -53,7 +53,7 @@ def peer_certificate(transport: Any) -> dict[str, Any] | None:
 class ConnectionAuth:
     """The role of one connection and the refresh of its credentials."""
 
-    def __init__(self, conn: ServerConnection) -> None:
+    def __init__(self, conn: ConnectionHandle) -> None:
         self._conn = conn
         self._security = conn.service.security
         self._authn = self._security.authentication

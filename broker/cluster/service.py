@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from broker.cluster.bundles import Bundle, bundle_of, parse_bundle_range
 from broker.cluster.membership import BrokerInfo, Keys
@@ -32,7 +32,6 @@ from protocol.topic_name import TopicName
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
-    from broker.server import BrokerService
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +336,19 @@ class ClusterService:
         return [BrokerInfo.decode(e.value) for e in await self.store.get_prefix(self.keys.brokers)]
 
 
-async def start_cluster(config: BrokerConfig, service: BrokerService) -> ClusterService:
+class ClusterMember(Protocol):
+    """What joining needs of the local broker (``broker.service.BrokerService``): the URLs it
+    advertises, and how to stop serving a bundle's topics when the bundle goes elsewhere."""
+
+    service_url: str
+    service_url_tls: str
+    web_url: str
+    web_url_tls: str
+
+    async def stop_bundle_topics(self, bundle: Bundle, graceful: bool) -> None: ...
+
+
+async def start_cluster(config: BrokerConfig, service: ClusterMember) -> ClusterService:
     """Join the cluster named by ``config.metadata_store_url`` as ``service``'s broker."""
     web = service.web_url or service.web_url_tls
     port = web.rsplit(":", 1)[-1] if web else service.service_url.rsplit(":", 1)[-1]

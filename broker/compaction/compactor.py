@@ -35,11 +35,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from broker.blocking import run_blocking, run_to_completion
 from broker.errors import NotAllowed
-from broker.metadata.stores import COMPACTION_THRESHOLD
 from broker.storage import InitialPosition, Ledger, Position
 from broker.storage.compacted_view import (
     GENERATION_PROPERTY,
@@ -55,11 +54,7 @@ from protocol.compression import decode as decompress
 from protocol.compression import encode as compress
 from protocol.errors import RemoteProtocolError
 from protocol.metadata import decode_entry, encode_entry
-from protocol.topic_name import PERSISTENT
-
-if TYPE_CHECKING:
-    from broker.server import BrokerService
-    from broker.topics.topic import Topic
+from protocol.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +68,27 @@ PAUSE_MARKER_ENV = "TEST_MAGNETAR_COMPACTION_PAUSE_MARKER"
 STAGES = ("phase-one", "writing", "before-rename", "after-rename", "after-cursor")
 
 _Key = str
+
+
+class CompactedTopic(Protocol):
+    """What a compaction needs of its topic (``broker.topics.topic.Topic``), so the topic can
+    own its compaction without the two modules importing each other."""
+
+    name: TopicName
+    ledger: Ledger
+    compaction_threshold_bytes: int
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def cursor_io(self) -> asyncio.Lock: ...
+
+    def last_confirmed_position(self) -> Position: ...
+
+    def on_compacted(self) -> None: ...
+
+
 _MessageRef = tuple[Position, int]  # (entry position, batch index or -1)
 
 
@@ -265,7 +281,7 @@ def compact(
 class TopicCompaction:
     """One topic's compaction: its current view, status, and runs (one at a time)."""
 
-    def __init__(self, topic: Topic, layer: FileLayer) -> None:
+    def __init__(self, topic: CompactedTopic, layer: FileLayer) -> None:
         self._topic = topic
         self._layer = layer
         self._view: CompactedView | None = None
@@ -429,19 +445,3 @@ class TopicCompaction:
     def status_json(self) -> dict[str, Any]:
         """Pulsar's ``LongRunningProcessStatus`` JSON."""
         return {"status": self.status.value, "lastError": self.last_error or ""}
-
-
-def apply_compaction_threshold(service: BrokerService, topic: Topic) -> None:
-    """Set the topic's automatic-compaction threshold: the namespace's ``compaction_threshold``
-    policy, else ``brokerServiceCompactionThresholdInBytes`` (0 = never)."""
-    policy = service.policies.namespace_policy(topic.name.namespace_name, COMPACTION_THRESHOLD)
-    if policy is None:
-        policy = service.config.broker_service_compaction_threshold_in_bytes
-    topic.compaction_threshold_bytes = int(policy)
-
-
-def apply_compaction_thresholds(service: BrokerService) -> None:
-    """After a policy change: every loaded persistent topic."""
-    for topic in list(service.topics.values()):
-        if topic.name.domain == PERSISTENT:
-            apply_compaction_threshold(service, topic)

@@ -24,24 +24,37 @@ removed.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from broker.blocking import run_blocking, submit_blocking
+from broker.compaction.compactor import TopicCompaction
 from broker.dispatch.entry_loader import Entries
+from broker.dispatch.subscription import EntrySource
 from broker.storage import Position
 from broker.storage.compacted_view import CompactedView
 from protocol.errors import RemoteProtocolError
 from protocol.ids import MessageId
 from protocol.metadata import EntryMetadata, parse_entry_metadata
 
-if TYPE_CHECKING:
-    from broker.topics.topic import Topic
+
+class CompactedTopicReads(EntrySource, Protocol):
+    """What compacted reads need of their topic (``broker.topics.topic.Topic``): its log as a
+    subscription reads it, its compaction, and whether it was terminated."""
+
+    compaction: TopicCompaction
+
+    @property
+    def terminated(self) -> bool: ...
+
+    def read_from_disk(
+        self, position: Position, max_entries: int, max_bytes: int
+    ) -> asyncio.Future[Entries]: ...
 
 
 class CompactedEntrySource:
     """``EntrySource`` over the compacted view and the log tail after its horizon."""
 
-    def __init__(self, topic: Topic) -> None:
+    def __init__(self, topic: CompactedTopicReads) -> None:
         self._topic = topic
         self._pinned = topic.compaction.view
 

@@ -28,7 +28,7 @@ from protocol.framing import Frame
 from protocol.ids import MessageId, from_u64
 
 if TYPE_CHECKING:
-    from broker.connection.core import ServerConnection
+    from broker.connection.handle import ConnectionHandle
     from broker.topics.topic import Topic
 
 T = pb.BaseCommand.Type
@@ -60,7 +60,7 @@ def _position(message_id: pb.MessageIdData) -> Position:
 class ConsumerEndpoint:
     """The consumers of one connection (ids are the client's, unique per connection)."""
 
-    def __init__(self, conn: ServerConnection) -> None:
+    def __init__(self, conn: ConnectionHandle) -> None:
         self._conn = conn
         self._service = conn.service
         self._consumers: dict[int, _ConsumerState] = {}
@@ -118,7 +118,7 @@ class ConsumerEndpoint:
             self._conn.write(commands.success(request_id))
             return
         topic_name = self._conn.parse_topic(cmd.topic)
-        self._conn.authorizer.check_consume(self._conn.auth.role, topic_name)
+        self._conn.authorizer.check_consume(self._conn.role, topic_name)
         topic = await self._service.get_topic(topic_name, create=True)
         durable = cmd.durable
         start: MessageId | None = None
@@ -211,7 +211,7 @@ class ConsumerEndpoint:
 
         async def seek() -> None:
             state = self._consumer_state(cmd.consumer_id)
-            self._conn.authorizer.check_consume(self._conn.auth.role, state.topic.name)
+            self._conn.authorizer.check_consume(self._conn.role, state.topic.name)
             topic, subscription = state.topic, state.subscription
             if cmd.HasField("message_publish_time"):
                 target = await topic.find_position_by_publish_time(cmd.message_publish_time)
@@ -247,7 +247,7 @@ class ConsumerEndpoint:
 
         async def unsubscribe() -> None:
             state = self._consumer_state(cmd.consumer_id)
-            self._conn.authorizer.check_consume(self._conn.auth.role, state.topic.name)
+            self._conn.authorizer.check_consume(self._conn.role, state.topic.name)
             others = [c for c in state.subscription.consumers if c is not state.consumer]
             if others:
                 raise ConsumerBusy("Unconnected or shared consumer attempting to unsubscribe")

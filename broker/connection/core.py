@@ -43,7 +43,7 @@ from protocol.topic_name import NON_PERSISTENT, InvalidTopicNameError, Namespace
 
 if TYPE_CHECKING:
     from broker.auth.authorization import Authorizer
-    from broker.server import BrokerService
+    from broker.service import BrokerService
 
 log = logging.getLogger(__name__)
 _bad_input_log = RateLimitedLog(log, limit=5, interval=60.0)
@@ -127,6 +127,10 @@ class ServerConnection(asyncio.Protocol):
     @property
     def authorizer(self) -> Authorizer:
         return self._service.security.authorizer
+
+    @property
+    def role(self) -> str | None:
+        return self.auth.role
 
     def refuse_after(self, delay: float, frame: bytes) -> None:
         """Stop reading, then after ``delay`` seconds write ``frame`` and close (a failed
@@ -485,7 +489,7 @@ class ServerConnection(asyncio.Protocol):
         topics = self._service.topics_of_namespace(namespace)
         if cmd.mode != pb.CommandGetTopicsOfNamespace.PERSISTENT:
             # NON_PERSISTENT / ALL (RegexSubscriptionMode): the loaded in-memory topics too.
-            in_memory = non_persistent_topics_of(self._service, namespace)
+            in_memory = non_persistent_topics_of(self._service.topics, namespace)
             persistent = cmd.mode == pb.CommandGetTopicsOfNamespace.ALL
             topics = (topics if persistent else []) + in_memory
         self.write(commands.get_topics_of_namespace_response(cmd.request_id, topics))

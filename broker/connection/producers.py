@@ -47,7 +47,7 @@ from protocol.metadata import ChunkInfo, SendEntryChecker
 from protocol.receipts import ReceiptEncoder
 
 if TYPE_CHECKING:
-    from broker.connection.core import ServerConnection
+    from broker.connection.handle import ConnectionHandle
     from broker.topics.topic import Topic
 
 T = pb.BaseCommand.Type
@@ -73,7 +73,7 @@ class _ProducerState:
 class ProducerEndpoint:
     """The producers of one connection (ids are the client's, unique per connection)."""
 
-    def __init__(self, conn: ServerConnection) -> None:
+    def __init__(self, conn: ConnectionHandle) -> None:
         self._conn = conn
         self._service = conn.service
         self._config = conn.service.config
@@ -125,7 +125,7 @@ class ProducerEndpoint:
 
     async def _create_new_producer(self, cmd: pb.CommandProducer, request_id: int) -> None:
         topic_name = self._conn.parse_topic(cmd.topic)
-        self._conn.authorizer.check_produce(self._conn.auth.role, topic_name)  # fencing too
+        self._conn.authorizer.check_produce(self._conn.role, topic_name)  # fencing too
         if cmd.HasField("topic_epoch") and cmd.topic_epoch > I64_MAX:
             # Java reads this uint64 as a long: negative, so older than any epoch. Adopting it
             # would let the epoch pass 2**64 - 1, which no PRODUCER_SUCCESS can carry.

@@ -12,17 +12,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from broker.blocking import run_blocking
 from broker.storage import Position
-from broker.topics.policies import message_ttl_seconds
+from broker.topics.policies import TopicPolicies
 from protocol.errors import RemoteProtocolError
 from protocol.metadata import parse_entry_metadata
 
 if TYPE_CHECKING:
     from broker.dispatch.subscription import Subscription
-    from broker.server import BrokerService
     from broker.topics.topic import Topic
 
 log = logging.getLogger(__name__)
@@ -62,11 +62,11 @@ async def expire_messages(
     return moved
 
 
-async def expire_all(service: BrokerService) -> int:
-    """One expiry pass over every loaded topic that has a TTL."""
+async def expire_all(topics: Mapping[str, Topic], policies: TopicPolicies) -> int:
+    """One expiry pass over every loaded topic (of the registry ``topics``) that has a TTL."""
     moved = 0
-    for topic in list(service.topics.values()):
-        ttl = message_ttl_seconds(service, topic.name)
+    for topic in list(topics.values()):
+        ttl = policies.message_ttl_seconds(topic.name)
         if ttl > 0 and not topic.closed:
             try:
                 moved += await expire_messages(topic, ttl)
@@ -76,9 +76,9 @@ async def expire_all(service: BrokerService) -> int:
 
 
 async def run_message_expiry(
-    service: BrokerService, interval: float = CHECK_INTERVAL_SECONDS
+    topics: Mapping[str, Topic], policies: TopicPolicies, interval: float = CHECK_INTERVAL_SECONDS
 ) -> None:
     """Expire messages every ``interval`` seconds until cancelled (broker lifetime)."""
     while True:
         await asyncio.sleep(interval)
-        await expire_all(service)
+        await expire_all(topics, policies)

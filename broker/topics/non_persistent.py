@@ -26,7 +26,7 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, cast
+from typing import cast
 from uuid import uuid4
 
 from broker.config import BrokerConfig
@@ -38,9 +38,6 @@ from broker.storage.buckets import LATENCY_MS_BOUNDS, Buckets, BucketsSnapshot
 from broker.storage.cursor_file import CursorState
 from broker.topics.topic import Topic
 from protocol.topic_name import NON_PERSISTENT, NamespaceName, TopicName
-
-if TYPE_CHECKING:
-    from broker.server import BrokerService
 
 #: Entries a non-persistent topic keeps for consumers that are slightly behind.
 NON_PERSISTENT_BUFFER_ENTRIES = 1000
@@ -299,25 +296,26 @@ class NonPersistentTopic(Topic):
         raise NotAllowed("Termination of a non-persistent topic is not supported")
 
 
-def non_persistent_topics_of(service: BrokerService, namespace: NamespaceName) -> list[str]:
+def non_persistent_topics_of(topics: Mapping[str, Topic], namespace: NamespaceName) -> list[str]:
     """The loaded non-persistent topics of ``namespace`` (full names, sorted)."""
     prefix = f"{NON_PERSISTENT}://{namespace}/"
-    return sorted(name for name in service.topics if name.startswith(prefix))
+    return sorted(name for name in topics if name.startswith(prefix))
 
 
-def get_non_persistent_topic(service: BrokerService, name: TopicName) -> Topic:
-    """The loaded non-persistent topic ``name``, created on first use (kept in
-    ``service.topics`` under its full name, so listing, metrics and shutdown see it, until it
+def get_non_persistent_topic(
+    topics: dict[str, Topic], config: BrokerConfig, name: TopicName
+) -> Topic:
+    """The loaded non-persistent topic ``name``, created on first use (kept in ``topics``, the
+    broker's registry, under its full name, so listing, metrics and shutdown see it, until it
     has been idle for ``IDLE_SECONDS``)."""
-    service.check_namespace(name)
-    topic = service.topics.get(name.full_name)
+    topic = topics.get(name.full_name)
     if topic is None:
 
         def forget(idle: NonPersistentTopic) -> None:
-            if service.topics.get(idle.name.full_name) is idle:
-                del service.topics[idle.name.full_name]
+            if topics.get(idle.name.full_name) is idle:
+                del topics[idle.name.full_name]
                 asyncio.get_running_loop().create_task(idle.close())
 
-        topic = NonPersistentTopic(name, service.config, on_idle=forget, idle_seconds=IDLE_SECONDS)
-        service.topics[name.full_name] = topic
+        topic = NonPersistentTopic(name, config, on_idle=forget, idle_seconds=IDLE_SECONDS)
+        topics[name.full_name] = topic
     return topic

@@ -189,8 +189,8 @@ REPAIRED_TOPIC = "persistent://public/default/cut-me"
 def _damaged_topic(data: Path) -> tuple[Path, list[bytes]]:
     """A topic with 3 sealed segments of 5 entries whose second segment has a flipped bit in
     its third record. Returns the topic folder and the payloads a repair must keep."""
-    from broker.server import topic_directory
     from broker.storage import Ledger, LedgerConfig
+    from broker.storage.paths import topic_directory
     from protocol.topic_name import TopicName
 
     directory = topic_directory(data, TopicName.parse(REPAIRED_TOPIC))

@@ -18,7 +18,7 @@ import pulsar
 import pytest
 import yarl
 
-from broker.server import BrokerService
+from broker.service import BrokerService
 from broker.topics.message_expiry import expire_all
 from protocol.topic_name import TopicName
 from tests.helpers import BrokerThread, new_client, wait_until
@@ -246,7 +246,7 @@ async def test_message_ttl_expires_old_messages_on_subscriptions(
     service = running_service(broker)
 
     def backlog_after_expiry() -> int:
-        broker.call(lambda: expire_all(service))
+        broker.call(lambda: expire_all(service.topics, service.topic_policies))
         backlog: int = service.topics[topic].subscriptions["sub"].backlog()
         return backlog
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from broker.server import topic_directory
 from broker.storage import Ledger
+from broker.storage.paths import topic_directory
 from broker.topics.topic import ledger_config_from
 from protocol import commands, pb
 from protocol.errors import ServerError

@@ -26,11 +26,11 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from broker.server import topic_directory
 from broker.storage import Position
 from broker.storage.cursor_file import decode_cursor_state
 from broker.storage.cursor_registry import CURSOR_DIR, CURSOR_SUFFIX, cursor_file_stem
 from broker.storage.files import read_file
+from broker.storage.paths import topic_directory
 from protocol.topic_name import TopicName
 from tests.helpers import BrokerProcess
 from tests.integration.test_batch_index_ack import (

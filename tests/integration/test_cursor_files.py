@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.server import topic_directory
 from broker.storage import cursor_file
+from broker.storage.paths import topic_directory
 from protocol import commands, pb
 from protocol.errors import ServerError
 from protocol.topic_name import TopicName

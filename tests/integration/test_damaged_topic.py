@@ -18,8 +18,8 @@ import pytest
 
 from broker.errors import ServiceNotReady, TopicDamaged
 from broker.publish.dedup_snapshot import open_ledger_for_dedup
-from broker.server import topic_directory
 from broker.storage.lock import LedgerLock
+from broker.storage.paths import topic_directory
 from protocol.topic_name import TopicName
 from tests.helpers import REPO, BrokerThread, broker_config, new_client, read_all, topic_stats
 
@@ -92,7 +92,7 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
         opened.append(directory)
         return open_ledger_for_dedup(directory, *args)
 
-    monkeypatch.setattr("broker.server.open_ledger_for_dedup", counting)
+    monkeypatch.setattr("broker.service.open_ledger_for_dedup", counting)
     return opened
 
 

@@ -8,8 +8,8 @@ import pulsar
 import pytest
 
 from broker.publish.dedup_snapshot import DEDUP_CURSOR
-from broker.server import topic_directory
 from broker.storage import cursor_file
+from broker.storage.paths import topic_directory
 from protocol.topic_name import TopicName
 from tests.helpers import BrokerThread, broker_config, new_client
 

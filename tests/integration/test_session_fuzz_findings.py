@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from broker.connection.core import ServerConnection
-from broker.server import BrokerService
+from broker.service import BrokerService
 from broker.storage.files import FileLayer
 from protocol import commands, pb
 from protocol.enums import ProducerAccessMode

@@ -17,7 +17,7 @@ from urllib.parse import quote
 import pulsar
 import pytest
 
-from broker.server import topic_directory
+from broker.storage.paths import topic_directory
 from protocol import commands, pb
 from protocol.enums import SubType
 from protocol.errors import ServerError

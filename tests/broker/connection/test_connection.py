@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.connection.core import ServerConnection
-from broker.server import BrokerService
+from broker.service import BrokerService
 from broker.storage.files import FileLayer
 from protocol import FrameDecoder, commands, pb
 from protocol.metadata import encode_entry

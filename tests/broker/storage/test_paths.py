@@ -1,4 +1,4 @@
-"""broker.server.topic_directory / topics_of_namespace on a real file system.
+"""broker.storage.paths.topic_directory / topics_of_namespace on a real file system.
 
 Every accepted name gets its own folder, created for real, exactly one level inside its namespace
 folder; listing the namespace maps every folder back to its name; anything else found there
@@ -14,7 +14,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.server import BrokerService, namespace_directory, topic_directory
+from broker.service import BrokerService
+from broker.storage.paths import namespace_directory, topic_directory
 from protocol.topic_name import InvalidTopicNameError, NamespaceName, TopicName
 from tests.helpers import broker_config
 

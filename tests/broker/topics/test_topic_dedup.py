@@ -33,7 +33,7 @@ from broker.publish.dedup_snapshot import (
 )
 from broker.publish.producer_access import AccessMode
 from broker.publish.producers import Producer
-from broker.server import BrokerService
+from broker.service import BrokerService
 from broker.storage import InitialPosition, Ledger, LedgerConfig, Position
 from broker.topics.topic import Topic
 from protocol import pb

@@ -12,7 +12,7 @@ import asyncio
 import threading
 from pathlib import Path
 
-from broker.server import BrokerService
+from broker.service import BrokerService
 from broker.storage.files import OsFileLayer
 from protocol.topic_name import TopicName
 from tests.helpers import broker_config
