@@ -515,7 +515,11 @@ def _shown(key: str, value: object) -> object:
     """``value`` as logs may show it: an inline secret (not a file reference) is redacted."""
     if key not in _SECRET_KEYS or not isinstance(value, str) or not value:
         return value
-    if value.startswith(("file:", "/", "./", "../")):
+    if value.startswith("file:"):
+        return value
+    # A bare path is read as one only for basicAuthConf, and only when it names a file
+    # (``broker.auth.keys``): base64 text may start with "/" too, and must stay hidden.
+    if key == "basicAuthConf" and Path(value).is_file():
         return value
     return "<redacted>"
 

@@ -74,9 +74,73 @@ def _subscription(sub: Subscription) -> dict[str, Any]:
     }
 
 
+def stats_snapshot(topic: Topic) -> dict[str, Any]:
+    """The topic's counters, rates and states (the core of ``topic_stats``)."""
+    last = topic.last_confirmed_position()
+    counters = topic.rate_counters()
+    rate_in, throughput_in, rate_out, throughput_out = topic.rates()
+    return {
+        "msgRateIn": rate_in,
+        "msgThroughputIn": throughput_in,
+        "msgRateOut": rate_out,
+        "msgThroughputOut": throughput_out,
+        "msgInCounter": topic.stats.msg_in,
+        "bytesInCounter": topic.stats.bytes_in,
+        "msgOutCounter": counters[2],
+        "bytesOutCounter": counters[3],
+        "storageSize": topic.ledger.stats()["stored_bytes"],
+        "publishers": sum(1 for p in topic.producers.producers if p.ready),
+        "producerAccess": topic.producers.stats(),
+        "lastConfirmedEntry": f"{last[0]}:{last[1]}",
+        "unreadableEntries": topic.stats.unreadable_entries,
+        "subscriptions": {n: s.describe() for n, s in topic.subscriptions.items()},
+        "deduplication": dedup_stats(topic),
+        "compaction": topic.compaction.stats_json(),
+        "idempotency": None if topic.idempotency is None else topic.idempotency.stats(),
+    }
+
+
+def dedup_stats(topic: Topic) -> dict[str, Any]:
+    """The ``deduplication`` section of the topic stats (JSON-ready, camelCase keys)."""
+    if topic.dedup is None:
+        return {"enabled": False}
+    raw = topic.dedup.stats()
+    snapshot_position = raw["last_snapshot_position"]
+    persisted_position = raw["last_persisted_position"]
+    return {
+        "enabled": True,
+        "state": raw["state"],
+        "trackedProducers": raw["tracked_producers"],
+        "connectedProducers": raw["connected_producers"],
+        "inactiveProducers": raw["inactive_producers"],
+        "accepted": raw["accepted"],
+        "duplicatesDropped": raw["duplicates_dropped"],
+        "unknownAnswers": raw["unknown_answers"],
+        "straddlingBatchesStored": raw["straddling_batches"],
+        "writeFailures": raw["write_failures"],
+        "purgedProducers": raw["purged_producers"],
+        "replayedEntries": raw["replayed_entries"],
+        "unreadableEntriesSkipped": raw["unreadable_entries_skipped"],
+        "chunkedMessagesInFlight": raw["chunked_messages_in_flight"],
+        "recoverySeconds": raw["recovery_seconds"],
+        "entriesSinceSnapshot": raw["entries_since_snapshot"],
+        "lastPersistedPosition": _position_or_none(persisted_position),
+        "lastSnapshotPosition": _position_or_none(snapshot_position),
+        # Wall-clock seconds since the epoch of the last snapshot taken by this load.
+        "lastSnapshotTime": topic.publisher.last_snapshot_wall_time,
+    }
+
+
+def _position_or_none(position: object) -> str | None:
+    """``"ledger:entry"`` as Pulsar prints positions, None when there is none."""
+    if isinstance(position, Position):
+        return f"{position.ledger_id}:{position.entry_id}"
+    return None
+
+
 def topic_stats(topic: Topic) -> dict[str, Any]:
     """``GET .../stats`` of one (non-partitioned or partition) topic."""
-    snapshot = topic.stats_snapshot()
+    snapshot = stats_snapshot(topic)
     access = snapshot["producerAccess"]
     ready = [p for p in topic.producers.producers if p.ready]
     msg_in = snapshot["msgInCounter"]

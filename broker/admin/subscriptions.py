@@ -30,6 +30,7 @@ from broker.admin.topics import TOPIC
 from broker.publish.dedup_snapshot import DEDUP_CURSOR
 from broker.storage import Position
 from broker.topics.message_expiry import expire_messages
+from broker.topics.positions import find_position_by_publish_time, seek_target
 from protocol.ids import MessageId
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ async def create_subscription(request: web.Request) -> web.Response:
             name, durable=True, start=None, initial_earliest=earliest
         )
         if start is not None and start.ledger_id >= 0:
-            sub.reset_to(topic.seek_target(start))
+            sub.reset_to(seek_target(topic.ledger, start))
     return no_content()
 
 
@@ -128,7 +129,7 @@ async def reset_by_time(request: web.Request) -> web.Response:
     timestamp = parse_int(path_part(request, "timestamp"), "timestamp (ms)", minimum=0)
     for topic in await _topics(request):
         sub = _subscription(topic, name)
-        target = await topic.find_position_by_publish_time(timestamp)
+        target = await find_position_by_publish_time(topic.ledger, timestamp)
         sub.disconnect_all()
         sub.reset_to(target)
     return no_content()
@@ -146,7 +147,7 @@ async def reset_by_message_id(request: web.Request) -> web.Response:
             raise AdminError(404, f"Partition {partition} not found")
     for topic in topics:
         sub = _subscription(topic, name)
-        target = topic.seek_target(message_id)
+        target = seek_target(topic.ledger, message_id)
         if query_bool(request, "isExcluded"):
             target = topic.next_position(Position(target.ledger_id, target.entry_id))
         sub.disconnect_all()

@@ -22,6 +22,7 @@ from broker.errors import (
     to_wire,
 )
 from broker.storage import Position
+from broker.topics.positions import find_position_by_publish_time, reader_start, seek_target
 from protocol import commands, pb
 from protocol.errors import ServerError
 from protocol.framing import Frame
@@ -131,7 +132,7 @@ class ConsumerEndpoint:
         subscription = await topic.get_or_create_subscription(
             cmd.subscription,
             durable=durable,
-            start=None if start is None else topic.reader_start(start),
+            start=None if start is None else reader_start(topic.ledger, start),
             initial_earliest=cmd.initialPosition == pb.CommandSubscribe.Earliest,
         )
         if not subscription.consumers:
@@ -214,9 +215,9 @@ class ConsumerEndpoint:
             self._conn.authorizer.check_consume(self._conn.role, state.topic.name)
             topic, subscription = state.topic, state.subscription
             if cmd.HasField("message_publish_time"):
-                target = await topic.find_position_by_publish_time(cmd.message_publish_time)
+                target = await find_position_by_publish_time(topic.ledger, cmd.message_publish_time)
             elif cmd.HasField("message_id"):
-                target = topic.seek_target(MessageId.from_pb(cmd.message_id))
+                target = seek_target(topic.ledger, MessageId.from_pb(cmd.message_id))
             else:
                 raise MetadataError("Seek needs a message id or a publish time")
             if self._consumers.get(cmd.consumer_id) is not state or subscription.closed:

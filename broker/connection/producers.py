@@ -38,7 +38,7 @@ from broker.errors import (
 )
 from broker.publish.producer_access import AccessMode
 from broker.publish.producers import Producer
-from broker.publish.publication import SendRequest
+from broker.publish.publication import PublishOutcome, Settled
 from protocol import commands, pb, send_identity
 from protocol.errors import RemoteProtocolError
 from protocol.framing import Frame
@@ -57,8 +57,9 @@ T = pb.BaseCommand.Type
 class _ProducerState:
     producer: Producer
     topic: Topic
-    #: SENDs in arrival order, until their receipt (or SEND_ERROR) is written.
-    receipts: deque[SendRequest] = field(default_factory=deque)
+    #: SENDs in arrival order, until their receipt (or SEND_ERROR) is written: the SEND's
+    #: sequence id and highest sequence id (what the receipt echoes) and the topic's answer.
+    receipts: deque[tuple[int, int, PublishOutcome]] = field(default_factory=deque)
     encoder: ReceiptEncoder = field(init=False)
     #: What the topic calls once per group commit (one object, so the topic can tell runs of
     #: this producer's requests apart cheaply); set by the endpoint.
@@ -226,23 +227,25 @@ class ProducerEndpoint:
         sequence_id, highest, num_messages = send_identity.of_send(send)
         entry = frame.entry
         assert entry is not None
-        request = SendRequest(state.producer, sequence_id, highest, entry, state.on_settled)
+        outcome: PublishOutcome
         try:
             chunk = self._check_entry(frame, entry, num_messages)
-            state.topic.submit(request, chunk, num_messages)
+            outcome = state.topic.submit(
+                state.producer, sequence_id, highest, entry, chunk, num_messages, state.on_settled
+            )
         except ProducerFenced:
             # PIP-68: nothing from a fenced producer reaches the ledger; the client learns it
             # on reconnect (its stale topic epoch is refused with ProducerFenced).
             self.close_producer(state.producer)
             return
         except BrokerError as exc:
-            request.fail(exc)
+            outcome = Settled(error=exc)
         state.producer.msg_in += num_messages
-        state.receipts.append(request)
+        state.receipts.append((sequence_id, highest, outcome))
         self._pending_publishes += 1
         if self._pending_publishes >= self._config.max_pending_publish_requests_per_connection:
             self._conn.pause_reading()
-        if request.done:  # a duplicate or a refusal: answered in its turn (rule 2)
+        if outcome.done:  # a duplicate or a refusal: answered in its turn (rule 2)
             self._drain_receipts(state)
 
     def _check_entry(self, frame: Frame, entry: bytes, num_messages: int) -> ChunkInfo | None:
@@ -257,33 +260,26 @@ class ProducerEndpoint:
     def _drain_receipts(self, state: _ProducerState) -> None:
         """Write the receipts of the settled prefix of ``state.receipts``, in one write."""
         receipts = state.receipts
-        if not receipts or not receipts[0].done:
+        if not receipts or not receipts[0][2].done:
             return
         producer_id = state.producer.producer_id
         receipt = state.encoder.receipt
         frames: list[bytes] = []
         count = 0
-        while receipts and receipts[0].done:
-            request = receipts.popleft()
+        while receipts and receipts[0][2].done:
+            sequence_id, highest, outcome = receipts.popleft()
             count += 1
-            error = request.error
+            error = outcome.error
             if error is not None:
                 code, message = to_wire(error)
                 # Any SEND_ERROR but ChecksumError makes the C++ client reconnect and resend.
-                frames.append(commands.send_error(producer_id, request.sequence_id, code, message))
+                frames.append(commands.send_error(producer_id, sequence_id, code, message))
                 continue
-            position = request.position
+            position = outcome.position
             if position is None:  # a duplicate (PIP-6): message id -1:-1
-                frames.append(receipt(request.sequence_id, -1, -1, request.receipt_highest))
+                frames.append(receipt(sequence_id, -1, -1, highest))
             else:
-                frames.append(
-                    receipt(
-                        request.sequence_id,
-                        position.ledger_id,
-                        position.entry_id,
-                        request.receipt_highest,
-                    )
-                )
+                frames.append(receipt(sequence_id, position.ledger_id, position.entry_id, highest))
         self._conn.write(b"".join(frames) if count > 1 else frames[0])
         self._pending_publishes -= count
         if not receipts and state.drained is not None and not state.drained.done():

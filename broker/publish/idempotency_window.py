@@ -21,7 +21,9 @@ Window (deterministic edges):
 
 * by time: a key accepted at ``t`` (broker wall clock, seconds, via the injectable ``clock``)
   is a duplicate for a message arriving at ``now`` iff ``now - t < window_seconds``; at exactly
-  ``t + window_seconds`` it has left the window and the message is stored as new;
+  ``t + window_seconds`` it has left the window and the message is stored as new. The live
+  window keeps ``t`` exactly as the clock gave it (no rounding: a key rounded to the millisecond
+  could leave up to 1 ms early, i.e. a duplicate be stored);
 * by count: at most ``max_keys`` durable keys; accepting one more evicts the oldest first
   (first-accepted, first-evicted). Keys still being written are never evicted nor expired (a
   retry of one must still meet the in-flight answer), so the window may exceed ``max_keys`` by
@@ -32,7 +34,8 @@ Window (deterministic edges):
 Keys are accepted in publish order and stored in that order, so the window is always a
 *suffix* of the accepted keys (time and count both cut at the oldest end).
 
-Recovery (`broker.publish.idempotency_snapshot`): the snapshot, then a replay of the entries after
+Recovery (`broker.publish.idempotency_snapshot`): the snapshot (stamps rounded *up* to the
+millisecond, `pack_location`), then a replay of the entries after
 it (`replay`) with neither time nor count eviction, keys met stamped with the recovery time: a crash
 may keep a key longer than the window, never forget one early. Which indexes of a batch were
 hidden is re-derived from the keys (a key already known is a duplicate), which is exact except
@@ -48,6 +51,8 @@ Nothing here does I/O or reads a clock other than ``clock``.
 from __future__ import annotations
 
 import enum
+import math
+import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -65,6 +70,7 @@ __all__ = [
     "Verdict",
     "WindowConfig",
     "pack_location",
+    "stamp_ms",
     "unpack_location",
     "visible_ack_set",
 ]
@@ -128,30 +134,74 @@ class Ticket:
         self.stamp = stamp
 
 
-# A durable key's value is one int (memory: one object per key instead of four), also what the
-# snapshot stores: ((ledger_id << 64 | entry_id) << 21 | batch_index + 1) << 45 | stamp_ms.
+# What the snapshot stores for a durable key (one int):
+#   ((ledger_id << 64 | entry_id) << 21 | batch_index + 1) << 45 | stamp_ms
 # Keys are stored in acceptance order, so sorting packed values restores that order.
+# In memory a durable key's value is one int too (memory: one object per key instead of four),
+# with the exact stamp instead of milliseconds: (location << 64) | IEEE-754 bits of the stamp.
 _STAMP_BITS = 45
 _INDEX_BITS = 21
 _STAMP_MASK = (1 << _STAMP_BITS) - 1
 _INDEX_MASK = (1 << _INDEX_BITS) - 1
 _U64 = (1 << 64) - 1
+_LIVE_STAMP_BITS = 64
+_DOUBLE = struct.Struct("<d")
+_QWORD = struct.Struct("<Q")
+
+
+def _location(position: Position, batch_index: int) -> int:
+    packed = (position.ledger_id << 64) | (position.entry_id & _U64)
+    return (packed << _INDEX_BITS) | (batch_index + 1)
+
+
+def _unpack_location_bits(location: int) -> tuple[Position, int]:
+    batch_index = (location & _INDEX_MASK) - 1
+    location >>= _INDEX_BITS
+    return Position(location >> 64, location & _U64), batch_index
+
+
+def stamp_ms(stamp: float) -> int:
+    """The least whole millisecond ``ms`` with ``ms / 1000 >= stamp`` (as floats): a stamp
+    rounded *up*, so a key restored from a snapshot may outlive the window by under a
+    millisecond, never leave it early (truncating could forget a key up to 1 ms early)."""
+    ms = math.floor(stamp * 1000)
+    while ms / 1000 < stamp:
+        ms += 1
+    while (ms - 1) / 1000 >= stamp:
+        ms -= 1
+    return ms
 
 
 def pack_location(position: Position, batch_index: int, stamp: float) -> int:
-    """A durable key's value: where its message is and when it was accepted (seconds)."""
-    packed = (position.ledger_id << 64) | (position.entry_id & _U64)
-    packed = (packed << _INDEX_BITS) | (batch_index + 1)
-    return (packed << _STAMP_BITS) | int(stamp * 1000)
+    """A snapshotted key's value: where its message is and when it was accepted (seconds,
+    rounded up to the millisecond: `stamp_ms`)."""
+    return (_location(position, batch_index) << _STAMP_BITS) | stamp_ms(stamp)
 
 
 def unpack_location(packed: int) -> tuple[Position, int, float]:
     """Inverse of `pack_location` (the stamp to the millisecond)."""
     stamp = (packed & _STAMP_MASK) / 1000
-    rest = packed >> _STAMP_BITS
-    batch_index = (rest & _INDEX_MASK) - 1
-    rest >>= _INDEX_BITS
-    return Position(rest >> 64, rest & _U64), batch_index, stamp
+    position, batch_index = _unpack_location_bits(packed >> _STAMP_BITS)
+    return position, batch_index, stamp
+
+
+def _stamp_bits(stamp: float) -> int:
+    bits: int = _QWORD.unpack(_DOUBLE.pack(stamp))[0]
+    return bits
+
+
+def _live_value(position: Position, batch_index: int, bits: int) -> int:
+    """A durable key's in-memory value: its location and the exact stamp (`_stamp_bits`)."""
+    return (_location(position, batch_index) << _LIVE_STAMP_BITS) | bits
+
+
+def _live_stamp(value: int) -> float:
+    stamp: float = _DOUBLE.unpack(_QWORD.pack(value & _U64))[0]
+    return stamp
+
+
+def _live_position(value: int) -> Position:
+    return _unpack_location_bits(value >> _LIVE_STAMP_BITS)[0]
 
 
 class IdempotencyWindow:
@@ -232,7 +282,7 @@ class IdempotencyWindow:
                 self.in_flight_answers += 1
                 return _IN_FLIGHT
             self.duplicates += 1
-            return Admission(Verdict.DUPLICATE, unpack_location(found)[0])
+            return Admission(Verdict.DUPLICATE, _live_position(found))
         original: Position | None = None
         new_keys: list[tuple[int, str]] = []
         seen_here: set[str] = set()
@@ -248,7 +298,7 @@ class IdempotencyWindow:
                     self.in_flight_answers += 1
                     return _IN_FLIGHT
                 if index == 0:
-                    original = unpack_location(found)[0]
+                    original = _live_position(found)
                 hidden |= 1 << index
             elif key in seen_here:
                 hidden |= 1 << index  # a second copy inside the same batch
@@ -281,9 +331,10 @@ class IdempotencyWindow:
         self._entries_since_snapshot += 1
         if ticket is None:
             return
+        bits = _stamp_bits(ticket.stamp)
         for index, key in ticket.keys:
             if self._keys.get(key) is ticket:
-                self._keys[key] = pack_location(position, index, ticket.stamp)
+                self._keys[key] = _live_value(position, index, bits)
                 self._durable += 1
         if ticket.hidden:
             self._hidden[position] = ticket.hidden
@@ -302,14 +353,15 @@ class IdempotencyWindow:
     # ------------------------------------------------------------------ expiry
 
     def _expire(self, now: float) -> None:
-        horizon = int((now - self._config.window_seconds) * 1000)
+        # Exactly the documented test, on the exact stamp: a key stays while now - t < window.
+        seconds = self._config.window_seconds
         order, known = self._order, self._keys
         while order:
             key = order[0]
             if self._skip_stale(key):
                 continue
             found = known[key]
-            if not isinstance(found, int) or found & _STAMP_MASK > horizon:
+            if not isinstance(found, int) or now - _live_stamp(found) < seconds:
                 break
             order.popleft()
             del known[key]
@@ -373,10 +425,18 @@ class IdempotencyWindow:
         return since > 0 and since >= max(min_entries, self._durable)
 
     def snapshot_records(self) -> tuple[list[tuple[str, int]], dict[Position, int]]:
-        """The durable keys with their packed locations (`pack_location`, oldest first) and the
-        hidden masks, describing the log up to `last_persisted_position`; keys in flight are
-        after it and replayed if they land."""
-        records = [(key, found) for key, found in self._keys.items() if isinstance(found, int)]
+        """The durable keys with their packed locations (`pack_location`, oldest first; stamps
+        rounded up to the millisecond) and the hidden masks, describing the log up to
+        `last_persisted_position`; keys in flight are after it and replayed if they land."""
+        records: list[tuple[str, int]] = []
+        last_bits, last_ms = -1, 0
+        for key, found in self._keys.items():
+            if isinstance(found, int):
+                bits = found & _U64
+                if bits != last_bits:  # keys of one entry (or one instant) share the stamp
+                    last_bits, last_ms = bits, stamp_ms(_live_stamp(found))
+                location = found >> _LIVE_STAMP_BITS
+                records.append((key, (location << _STAMP_BITS) | last_ms))
         self._entries_since_snapshot = 0
         return records, dict(self._hidden)
 
@@ -394,10 +454,12 @@ class IdempotencyWindow:
         window = cls(config, clock)
         last_stamp_ms = 0
         for key, packed in records:
-            window._keys[key] = packed
+            ms = packed & _STAMP_MASK
+            location = packed >> _STAMP_BITS
+            window._keys[key] = (location << _LIVE_STAMP_BITS) | _stamp_bits(ms / 1000)
             window._order.append(key)
             window._durable += 1
-            last_stamp_ms = max(last_stamp_ms, packed & _STAMP_MASK)
+            last_stamp_ms = max(last_stamp_ms, ms)
         window._last_stamp = last_stamp_ms / 1000
         window._hidden = dict(hidden)
         window._last_persisted_position = snapshot_position
@@ -422,6 +484,7 @@ class IdempotencyWindow:
         hidden = 0
         seen_here: set[str] = set()
         known = self._keys
+        bits = _stamp_bits(stamp)
         for index, key in enumerate(keys):
             if key is None:
                 continue
@@ -433,7 +496,7 @@ class IdempotencyWindow:
                 del known[key]
                 self._stale[key] = self._stale.get(key, 0) + 1
                 self._durable -= 1
-            known[key] = pack_location(position, index, stamp)
+            known[key] = _live_value(position, index, bits)
             self._order.append(key)
             self._durable += 1
         if hidden:
@@ -456,8 +519,7 @@ class IdempotencyWindow:
         """Where the durable copy of ``key`` is (position, batch index), if in the window."""
         found = self._keys.get(key)
         if isinstance(found, int):
-            position, batch_index, _stamp = unpack_location(found)
-            return position, batch_index
+            return _unpack_location_bits(found >> _LIVE_STAMP_BITS)
         return None
 
     def stats(self) -> dict[str, object]:

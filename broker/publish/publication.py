@@ -1,28 +1,30 @@
-"""``SendRequest``: one SEND from the moment it is read until its receipt is written.
+"""What the publish path answers for one SEND: a ``Publication`` while it is being written, a
+``Settled`` outcome when the answer is known at once.
 
-It is the only per-entry object of the publish path (issue #17, part 4): the connection builds
-it from the SEND, the topic decides on it (dedup, idempotency keys), stages it as the group
-commit's queue entry, and settles it when the group is durable or failed; the connection then
-writes its receipt from it. Before, a SEND made a connection record, a future, a done callback
-and a topic record.
+The connection hands the topic the SEND's facts (producer, sequence ids, entry) and gets back a
+``PublishOutcome``: a value it reads (``done``, ``position``, ``error``) and never writes. What
+the receipt echoes (the SEND's own sequence ids) the connection keeps on its side. So no field
+is written by both sides (issue #22; before, one ``SendRequest`` carried 13 fields that the
+connection and the topic both wrote).
 
-How the outcome travels back:
+* ``Publication`` is created, staged and settled by the topic's ``Publisher``
+  (``broker/publish/publisher.py``): it is the group commit's queue entry, and it is the only
+  per-entry object of the publish path (issue #17, part 4).
+* ``Settled`` is an answer that needs no write: a duplicate (PIP-6: ``-1:-1``), an
+  idempotency-key duplicate (its original's position), or a refusal the connection decided.
 
-* ``on_settled`` (the connection's path): called once per group commit for each distinct
-  callback of the group, after every request of the group is settled, so one call writes the
-  receipts of a whole group (in SEND order: the connection keeps its requests in a deque).
-* ``future`` (``Topic.publish``, for callers that await one entry): resolved with the position,
-  ``None`` for a duplicate, or the error.
-
-Identity (which producer, first and highest sequence id) is decided once, by the connection,
-with ``protocol.send_identity``, and only refined by the topic on dedup's rare path.
+How a pending outcome travels back: ``on_settled`` (the connection's path) is called once per
+group commit for each distinct callback of the group, after every publication of the group is
+settled, so one call writes the receipts of a whole group; ``future`` (``Topic.publish``, for
+callers that await one entry) is resolved with the position, ``None`` for a duplicate, or the
+error.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from broker.storage import Position
 
@@ -30,11 +32,43 @@ if TYPE_CHECKING:
     from broker.publish.idempotency_window import Ticket
     from broker.publish.producers import Producer
 
-__all__ = ["SendRequest"]
+__all__ = ["DUPLICATE", "Publication", "PublishOutcome", "Settled", "notify_settled"]
 
 
-class SendRequest:
-    """An accepted (or refused) SEND; ``done`` once ``position`` / ``error`` is final."""
+class PublishOutcome(Protocol):
+    """The answer to one SEND, as the connection reads it."""
+
+    @property
+    def done(self) -> bool:
+        """Final: ``position`` or ``error`` will not change any more."""
+        ...
+
+    @property
+    def position(self) -> Position | None:
+        """Where the entry is durable; None for a duplicate (receipt ``-1:-1``) or a failure."""
+        ...
+
+    @property
+    def error(self) -> BaseException | None: ...
+
+
+class Settled:
+    """An outcome known when the SEND arrives: nothing is (or will be) written for it."""
+
+    __slots__ = ("error", "position")
+    done = True
+
+    def __init__(self, position: Position | None = None, error: BaseException | None = None):
+        self.position = position
+        self.error = error
+
+
+#: A PIP-6 duplicate: not stored, answered with message id ``-1:-1`` (as the Java broker).
+DUPLICATE = Settled()
+
+
+class Publication:
+    """An accepted SEND from the moment it is staged until its entry is durable or failed."""
 
     __slots__ = (
         "chunk_id",
@@ -46,8 +80,6 @@ class SendRequest:
         "on_settled",
         "position",
         "producer",
-        "receipt_highest",
-        "sequence_id",
         "staged_at",
         "ticket",
     )
@@ -55,33 +87,32 @@ class SendRequest:
     def __init__(
         self,
         producer: Producer,
-        sequence_id: int,
         highest_sequence_id: int,
         entry: bytes,
-        on_settled: Callable[[], None] | None = None,
-        future: asyncio.Future[Position | None] | None = None,
+        chunk_id: int,
+        staged_at: float,
+        on_settled: Callable[[], None] | None,
+        future: asyncio.Future[Position | None] | None,
     ) -> None:
         self.producer = producer
-        self.sequence_id = sequence_id
-        # Dedup's highest id (the topic may refine it on dedup's rare path, see
-        # ``exact_batch_highest``); the receipt echoes the SEND's as it was decided on arrival.
+        # Dedup's highest id: the SEND's, or the exact last id of a gapped batch on dedup's
+        # rare path (``exact_batch_highest_sequence_id``).
         self.highest_sequence_id = highest_sequence_id
-        self.receipt_highest = highest_sequence_id
         self.entry = entry
+        # For a chunk that is not the last of its message: its chunk id (dedup tracks it).
+        self.chunk_id = chunk_id
+        self.staged_at = staged_at  # time.monotonic(): the publish latency starts here
         self.on_settled = on_settled
         self.future = future
-        # For a chunk that is not the last of its message: its chunk id (dedup tracks it).
-        self.chunk_id = -1
-        # Assigned when the group is appended; final once done (None: a duplicate or failed).
+        # Assigned when the group is appended; final once done (None: failed).
         self.position: Position | None = None
         self.error: BaseException | None = None
         self.done = False
-        self.staged_at = 0.0  # time.monotonic() when staged: the publish latency starts here
         # The entry's new idempotency keys and hidden indexes (issue #16), None without keys.
         self.ticket: Ticket | None = None
 
-    def resolve(self, position: Position | None) -> None:
-        """Settle with ``position`` (None: a duplicate, receipt ``-1:-1``)."""
+    def resolve(self, position: Position) -> None:
+        """Settle as durable at ``position``."""
         self.position = position
         self.done = True
         future = self.future
@@ -96,3 +127,20 @@ class SendRequest:
         future = self.future
         if future is not None and not future.done():
             future.set_exception(error)
+
+
+def notify_settled(publications: list[Publication]) -> None:
+    """Call each distinct ``on_settled`` of ``publications`` once (all of them are settled).
+
+    A group holds runs of one connection's publications, so comparing with the previous
+    callback skips most set operations."""
+    previous: object = None
+    notified: set[Callable[[], None]] = set()
+    for publication in publications:
+        callback = publication.on_settled
+        if callback is None or callback is previous:
+            continue
+        previous = callback
+        if callback not in notified:
+            notified.add(callback)
+            callback()

@@ -1,31 +1,14 @@
 """A persistent topic: the single writer of its ledger, its producers and its subscriptions.
 
-Publishing (the hot path, see docs/CONTRACTS.md and aesthetics §3 "SEND"):
+``Topic`` coordinates the parts of one topic, each in a module of its own:
 
-1. ``submit`` (a connection's SEND, as a ``SendRequest``; ``publish`` wraps it in a future)
-   runs the PIP-68 data-path check (a fenced producer never reaches the ledger), then the PIP-6
-   dedup check, then *stages* the request: the staged list is the group commit's one queue. It
-   never awaits, so a connection keeps reading pipelined SENDs.
-2. The group-commit task (``_flush_loop``) hands everything staged to the ledger
-   (``Ledger.append_many``, buffered) and runs ``Ledger.flush`` in a worker thread: one write and
-   one fdatasync cover the whole group. Entries published meanwhile stay staged for the next
-   group. When the flush returns, the requests of the group resolve **in append order**, dedup's
-   persisted marks move, subscriptions are told that new entries may be dispatched (only durable
-   entries are read), each connection is told once (so it writes the group's receipts in one
-   write), and a dedup snapshot is taken every ``brokerDeduplicationEntriesInterval`` entries.
-3. A failed flush (EIO, ENOSPC, ...) fails what of the group is not durable (a group spanning a
-   segment roll may have its first part durable: that part is completed as usual) *and
-   everything staged behind it*, resets dedup's ``pushed := persisted`` for all producers
-   (Pulsar #5218), and refuses further SENDs from every producer that lost a message until it
-   reconnects (Java fences the topic and disconnects its producers). Why all three:
-
-   * Staging is what makes the failed set exact: the ledger discards every entry that was not
-     durable, and nothing is appended to it while a flush runs, so no entry can outlive the
-     failure of an entry published before it.
-   * The reset makes the client's resend of a failed id a new entry, not a duplicate.
-   * A producer whose seq 10 failed may already have seq 11, 12 on the wire. Storing them would
-     lift the high-water mark above 10, and the resend of 10 after the reconnect would then be
-     answered as a duplicate: lost. Refusing them makes the client resend 10, 11, 12 in order.
+* publishing: ``broker/publish/publisher.py`` (admission, dedup and idempotency checks, the
+  group commit, PIP-6 snapshots), which answers each SEND with a value;
+* producers and their PIP-68 access: ``broker/publish/producers.py``;
+* dispatch: one ``broker/dispatch/subscription.py`` per subscription, which reads the topic's
+  durable entries through the methods of ``EntrySource`` below;
+* positions for seeks and readers: ``broker/topics/positions.py``;
+* compaction: ``broker/compaction/``; counters: ``broker/topics/stats.py``.
 
 Thread-safety: everything here runs on the event loop, except the ledger flush (asyncio's default
 executor: a receipt never queues behind reads, see broker/blocking.py), the disk work of
@@ -43,8 +26,6 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from broker.blocking import run_blocking, run_to_completion, submit_blocking
 from broker.compaction.compactor import COMPACTION_CURSOR, TopicCompaction
@@ -52,33 +33,13 @@ from broker.compaction.reads import CompactedEntrySource
 from broker.config import BrokerConfig
 from broker.dispatch.entry_loader import UNLIMITED_BYTES
 from broker.dispatch.subscription import DispatchLimits, Subscription
-from broker.errors import (
-    NotAllowed,
-    PersistenceError,
-    ProducerFenced,
-    ServiceNotReady,
-    TopicTerminated,
-)
-from broker.publish.dedup import (
-    DedupResult,
-    DedupState,
-    MessageDeduplication,
-)
-from broker.publish.dedup_snapshot import (
-    DEDUP_CURSOR,
-    dedup_config_from,
-    exact_batch_highest_sequence_id,
-)
-from broker.publish.idempotency_keys import entry_keys
-from broker.publish.idempotency_snapshot import take_snapshot as take_idempotency_snapshot
-from broker.publish.idempotency_window import (
-    IDEMPOTENCY_CURSOR,
-    Admission,
-    IdempotencyWindow,
-    Verdict,
-)
+from broker.errors import NotAllowed, ServiceNotReady, TopicTerminated
+from broker.publish.dedup import DedupState, MessageDeduplication
+from broker.publish.dedup_snapshot import DEDUP_CURSOR
+from broker.publish.idempotency_window import IDEMPOTENCY_CURSOR, IdempotencyWindow
 from broker.publish.producers import Producer, ProducerRegistry
-from broker.publish.publication import SendRequest
+from broker.publish.publication import PublishOutcome, Settled
+from broker.publish.publisher import Publisher
 from broker.publish.write_barrier import WriteBarrier
 from broker.rates import RateMeter
 from broker.storage import (
@@ -90,9 +51,10 @@ from broker.storage import (
     Position,
     StorageError,
 )
-from broker.storage.buckets import LATENCY_MS_BOUNDS, Buckets
+from broker.topics.positions import first_read_position, last_confirmed_position
+from broker.topics.stats import TopicStats
 from protocol.errors import RemoteProtocolError
-from protocol.ids import I64_MAX, MessageId
+from protocol.ids import MessageId
 from protocol.metadata import ChunkInfo, EntryMetadata, parse_entry_metadata
 from protocol.topic_name import TopicName
 
@@ -101,22 +63,6 @@ log = logging.getLogger(__name__)
 _METADATA_CACHE_ENTRIES = 4096
 #: Ledger property set (to 1) by the admin ``terminate``: no message is accepted after it.
 TERMINATED_PROPERTY = "pulsar.terminated"
-# Inactive producers are looked for at most this often; the timeout itself is in minutes.
-_PURGE_CHECK_INTERVAL_S = 60.0
-
-
-@dataclass
-class TopicStats:
-    # Messages as Pulsar counts them: a batch entry adds its num_messages, a chunk adds 1.
-    msg_in: int = 0
-    bytes_in: int = 0
-    # Milliseconds from accepting a SEND to its entry being durable (Pulsar's storage write
-    # latency, pulsar_storage_write_latency_le_*).
-    publish_latency_ms: Buckets = field(default_factory=lambda: Buckets(LATENCY_MS_BOUNDS))
-    persistence_errors: int = 0
-    flushes: int = 0
-    unreadable_entries: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def ledger_config_from(config: BrokerConfig) -> LedgerConfig:
@@ -151,10 +97,6 @@ class Topic:
         self.name = name
         self.ledger = ledger
         self.config = config
-        self.dedup = dedup
-        #: The idempotency-key window (issue #16): set by the loader right after construction
-        #: (`recover_window`), before anything can publish; None: keys are not checked.
-        self.idempotency: IdempotencyWindow | None = None
         self.stats = TopicStats()
         self.subscriptions: dict[str, Subscription] = {}
         # Accepted writes (staged or in a flush group) until durable or failed: a PIP-68 grant
@@ -163,23 +105,25 @@ class Topic:
         self.producers = ProducerRegistry(ledger, self._writes)
         self._clock = clock
         self._loop = asyncio.get_running_loop()
-        self._staged: list[SendRequest] = []
-        self._staged_bytes = 0
-        # Set when staged bytes reach journalMaxGroupSizeBytes: the group commit starts early.
-        self._group_full = asyncio.Event()
         self._rates = RateMeter(self.rate_counters())
-        # Producers that lost a message to a failed write; their SENDs are refused until they
-        # reconnect as new producer objects (see the module docstring, step 3).
-        self._failed_producers: set[Producer] = set()
-        self._last_snapshot_wall_time: float | None = None
-        self._last_snapshot_check = clock()
-        self._last_purge_check = clock()
         # Serialises cursor-file I/O of the housekeeping thread with deleting the dedup cursor,
         # so a periodic persist cannot write back a cursor that disabling dedup just deleted.
         self._cursor_io = asyncio.Lock()
-        self._dirty = asyncio.Event()
         self._closed = False
-        self._terminated = ledger.properties.get(TERMINATED_PROPERTY, 0) == 1
+        #: The publish path (module docstring); it owns the PIP-6 and idempotency state.
+        self.publisher = Publisher(
+            name,
+            ledger,
+            config,
+            stats=self.stats,
+            producers=self.producers,
+            writes=self._writes,
+            dedup=dedup,
+            cursor_io=self._cursor_io,
+            wake_readers=self._wake_readers,
+            clock=clock,
+        )
+        self.publisher.terminated = ledger.properties.get(TERMINATED_PROPERTY, 0) == 1
         self._metadata_cache: OrderedDict[Position, EntryMetadata] = OrderedDict()
         # Entries whose metadata does not parse (item 1 of issue #10): skipped by every reader.
         self._unreadable: set[Position] = set()
@@ -195,7 +139,6 @@ class Topic:
         #: Backlog bytes that start a compaction by themselves (0: never); set from the
         #: namespace policy or brokerServiceCompactionThresholdInBytes.
         self.compaction_threshold_bytes = config.broker_service_compaction_threshold_in_bytes
-        self._flusher = asyncio.create_task(self._flush_loop(), name=f"flush {name.full_name}")
         self._housekeeper = asyncio.create_task(self._housekeeping_loop())
         for cursor in ledger.cursors.values():
             if cursor.name not in (DEDUP_CURSOR, COMPACTION_CURSOR, IDEMPOTENCY_CURSOR):
@@ -204,8 +147,38 @@ class Topic:
     # ------------------------------------------------------------------ publishing
 
     @property
+    def dedup(self) -> MessageDeduplication[Position] | None:
+        """The PIP-6 state (None: dedup is off); the publisher owns it."""
+        return self.publisher.dedup
+
+    @property
     def dedup_enabled(self) -> bool:
-        return self.dedup is not None
+        return self.publisher.dedup is not None
+
+    @property
+    def idempotency(self) -> IdempotencyWindow | None:
+        """The idempotency-key window (issue #16); the publisher owns it."""
+        return self.publisher.idempotency
+
+    @idempotency.setter
+    def idempotency(self, window: IdempotencyWindow | None) -> None:
+        self.publisher.idempotency = window
+
+    def submit(
+        self,
+        producer: Producer,
+        sequence_id: int,
+        highest_sequence_id: int,
+        entry: bytes,
+        chunk: ChunkInfo | None,
+        num_messages: int,
+        on_settled: Callable[[], None] | None,
+    ) -> PublishOutcome:
+        """Accept one SEND (``Publisher.submit``): its outcome, settled now or by a group
+        commit, which calls ``on_settled`` once per group. Never awaits."""
+        return self.publisher.submit(
+            producer, sequence_id, highest_sequence_id, entry, chunk, num_messages, on_settled
+        )
 
     def publish(
         self,
@@ -217,224 +190,37 @@ class Topic:
         *,
         num_messages: int = 1,
     ) -> asyncio.Future[Position | None]:
-        """Accept one entry (a SEND); the future resolves when it is durable.
-
-        ``submit`` with a future: for callers that await one entry (the connection uses
-        ``submit`` directly and is told once per group commit). Resolves to ``None`` for a
-        duplicate (receipt ``-1:-1``); raises synchronously as ``submit`` does.
-        """
+        """Accept one entry; the future resolves when it is durable, for callers that await
+        one entry. Resolves to ``None`` for a duplicate (receipt ``-1:-1``), to its original's
+        position for an idempotency-key duplicate; raises synchronously as ``submit`` does."""
         future: asyncio.Future[Position | None] = self._loop.create_future()
-        request = SendRequest(producer, sequence_id, highest_sequence_id, entry, future=future)
-        self.submit(request, chunk, num_messages)
+        outcome = self.publisher.submit(
+            producer, sequence_id, highest_sequence_id, entry, chunk, num_messages, None, future
+        )
+        if isinstance(outcome, Settled):
+            future.set_result(outcome.position)
         return future
-
-    def submit(self, request: SendRequest, chunk: ChunkInfo | None, num_messages: int) -> None:
-        """Accept one SEND: settle it at once (a duplicate) or stage it for the group commit.
-
-        ``chunk`` says where the entry sits in a chunked message (its SEND was validated by
-        `SendEntryChecker`); dedup then works chunk by chunk (`MessageDeduplication.check_chunk`).
-        ``num_messages`` is the SEND's message count (a batch's size), for the msgIn counters.
-
-        A duplicate is resolved with ``None`` (receipt ``-1:-1``), or with its original's
-        position for an idempotency-key duplicate. Raises ``PersistenceError`` synchronously for
-        dedup's "unknown" answer (the write of that id is still in flight), and for a producer
-        that lost a message to a failed write and has not reconnected; ``ProducerFenced`` and
-        ``TopicTerminated`` likewise. Never awaits.
-        """
-        if self._closed:
-            raise PersistenceError("Topic is closing")
-        if self._terminated:
-            raise TopicTerminated(f"Topic {self.name.full_name} was terminated")
-        producer = request.producer
-        if not self.producers.may_publish(producer):
-            # PIP-68: checked at append time, so a fenced producer never reaches the ledger.
-            raise ProducerFenced("Producer was fenced")
-        if producer in self._failed_producers:
-            raise PersistenceError("An earlier message of this producer failed to persist")
-        entry = request.entry
-        sequence_id = request.sequence_id
-        if chunk is not None and not chunk.is_last:
-            request.chunk_id = chunk.chunk_id
-        # Issue #16: keys first, so a duplicate is answered with its original's position.
-        admission = self._check_idempotency_keys(entry) if chunk is None else None
-        if admission is not None and admission.verdict is Verdict.DUPLICATE:
-            request.resolve(admission.original)
-            return
-        dedup = self.dedup
-        if dedup is not None:
-            if chunk is not None:
-                verdict = dedup.check_chunk(
-                    producer.name, sequence_id, chunk.chunk_id, chunk.is_last
-                )
-            else:
-                if dedup.may_be_duplicate(producer.name, sequence_id):
-                    # The identity's one refinement: the exact last id of a gapped batch.
-                    request.highest_sequence_id = exact_batch_highest_sequence_id(
-                        entry, request.highest_sequence_id
-                    )
-                verdict = dedup.check(producer.name, sequence_id, request.highest_sequence_id)
-            if verdict is DedupResult.DUP:
-                request.resolve(None)
-                return
-            if verdict is DedupResult.UNKNOWN:
-                raise PersistenceError(
-                    "Cannot determine whether the message is a duplicate at this time"
-                )
-        if admission is not None and self.idempotency is not None:
-            request.ticket = self.idempotency.admit(admission)
-        stats = self.stats
-        stats.msg_in += num_messages
-        stats.bytes_in += len(entry)
-        request.staged_at = time.monotonic()
-        self._staged.append(request)
-        self._staged_bytes += len(entry)
-        if self._staged_bytes >= self.config.journal_max_group_size_bytes:
-            self._group_full.set()
-        self._writes.accepted()
-        self._dirty.set()
-
-    def _check_idempotency_keys(self, entry: bytes) -> Admission | None:
-        """The window's `Admission` of an entry with idempotency keys (None without keys).
-
-        Raises ``PersistenceError`` (retriable) while a key of the entry is still being written.
-        """
-        window = self.idempotency
-        if window is None or not window.config.enabled:
-            return None
-        keys = entry_keys(entry)
-        if keys is None:
-            return None
-        admission = window.check(keys.keys)
-        if admission.verdict is Verdict.IN_FLIGHT:
-            raise PersistenceError(
-                "Cannot determine whether the message is a duplicate at this time "
-                "(its idempotency key is still being written)"
-            )
-        return admission
 
     def hidden_indexes(self, position: Position) -> int:
         """Batch indexes of ``position`` no subscription or reader may deliver (issue #16)."""
-        window = self.idempotency
+        window = self.publisher.idempotency
         return 0 if window is None else window.hidden_indexes(position)
 
-    async def _flush_loop(self) -> None:
-        """Group commit: append what is staged, flush it in a thread, complete or fail it."""
-        while True:
-            await self._dirty.wait()
-            self._dirty.clear()
-            await self._wait_for_group()
-            if not self._staged:
-                if self._closed:
-                    return
-                continue
-            group, self._staged = self._staged, []
-            self._staged_bytes = 0
-            self._group_full.clear()
-            try:
-                # One queue: the staged requests are the group; the ledger gets their entries
-                # in one call (one lock acquisition), then one write and one fdatasync.
-                positions = self.ledger.append_many([write.entry for write in group])
-                for write, position in zip(group, positions, strict=True):
-                    write.position = position
-                await asyncio.to_thread(self.ledger.flush)
-            except (OSError, StorageError, ValueError) as exc:
-                self._on_flush_failed(group, exc)
-            else:
-                self.stats.flushes += 1
-                self._complete(group)
-                self._writes.settled(len(group))
-            # Not kept until the next flush: its entries name their producers, and through
-            # them their (maybe closed) connections.
-            del group
-            if self._staged or self._closed:
-                # More to write, or close() asked to stop: its wake-up may have been cleared
-                # at the top of this turn, and waiting again would hang the unload.
-                self._dirty.set()
-
-    async def _wait_for_group(self) -> None:
-        """Let more appends join this group commit: until journalMaxGroupWaitMSec has passed
-        or journalMaxGroupSizeBytes are staged, whichever comes first (BookKeeper's rules)."""
-        wait = self.config.journal_max_group_wait_seconds
-        if wait <= 0 or self._closed or self._group_full.is_set():
-            return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(wait):
-                await self._group_full.wait()
-
-    def _complete(self, group: list[SendRequest]) -> None:
-        """Every entry of ``group`` is durable: move the marks, answer, wake the readers.
-
-        The requests are resolved first, then each connection is told once (``on_settled``), so
-        the receipts of a whole group leave a connection in one write."""
-        dedup = self.dedup
-        window = self.idempotency
-        durable_at = time.monotonic()
-        latency = self.stats.publish_latency_ms
-        for write in group:
-            position = write.position
-            assert position is not None
-            latency.observe((durable_at - write.staged_at) * 1000)
-            if window is not None:
-                window.on_persisted(write.ticket, position)
-            if dedup is None:
-                pass
-            elif write.chunk_id < 0:
-                dedup.on_persisted(write.producer.name, write.highest_sequence_id, position)
-            else:
-                dedup.on_chunk_persisted(
-                    write.producer.name, write.highest_sequence_id, write.chunk_id, position
-                )
-            write.resolve(position)
+    def _wake_readers(self) -> None:
+        """New durable entries: every subscription may dispatch."""
         for sub in self.subscriptions.values():
             sub.schedule_dispatch()
-        _notify_settled(group)
-        if dedup is not None and dedup.snapshot_due_by_entries():
-            self._take_dedup_snapshot()
-        interval = self.config.broker_deduplication_entries_interval
-        if window is not None and window.snapshot_due(interval):
-            take_idempotency_snapshot(self.ledger, window)
 
-    def _on_flush_failed(self, group: list[SendRequest], exc: BaseException) -> None:
-        """A write or fsync failed (module docstring, step 3).
-
-        A group spanning a segment roll is written segment by segment, so its first part may be
-        durable when a later part fails. That part is in the log: it is completed like any
-        durable entry (failing it would make the client resend it, and store it twice). The
-        rest of the group, and everything staged behind it, is failed.
-        """
-        self.stats.persistence_errors += 1
-        log.error("%s: ledger flush failed: %s", self.name.full_name, exc)
-        durable = self.ledger.last_confirmed_position
-        written = 0
-        if durable is not None:
-            for write in group:  # positions increase: the durable part is a prefix
-                if write.position is None or write.position > durable:
-                    break
-                written += 1
-        if written:
-            self._complete(group[:written])
-        failed = group[written:] + self._staged
-        self._staged = []
-        self._staged_bytes = 0
-        self._group_full.clear()
-        settled = written + len(failed)
-        error = PersistenceError(f"Failed to persist entry: {exc}")
-        for write in failed:
-            self._failed_producers.add(write.producer)
-            if self.idempotency is not None:
-                self.idempotency.on_write_failed(write.ticket)
-            write.fail(error)
-        if self.dedup is not None:
-            self.dedup.on_write_failed()
-        self._writes.settled(settled)
-        _notify_settled(failed)
+    async def set_dedup_enabled(self, enabled: bool) -> None:
+        """Apply a dedup policy change (``Publisher.set_dedup_enabled``)."""
+        await self.publisher.set_dedup_enabled(enabled)
 
     # ------------------------------------------------------------------ producers
 
     async def add_producer(self, producer: Producer, requested_epoch: int | None) -> bool:
         """Admit a producer (PIP-68 rules); False = queued as a WaitForExclusive waiter."""
         self._refuse_if_closed()
-        if self._terminated:
+        if self.publisher.terminated:
             raise TopicTerminated(f"Topic {self.name.full_name} was terminated")
         ready = await self.producers.add(producer, requested_epoch)
         if not ready:
@@ -445,15 +231,15 @@ class Topic:
 
     @property
     def terminated(self) -> bool:
-        return self._terminated
+        return self.publisher.terminated
 
     async def terminate(self) -> Position:
         """Pulsar's topic termination: nothing is accepted any more, so the last message stays
         the last; returns its position. Durable (a ledger property) before it returns. SENDs are
         refused from the call on; what was accepted before settles first; then the producers are
         told to go (they reconnect and get TopicTerminatedError)."""
-        if not self._terminated:
-            self._terminated = True
+        if not self.publisher.terminated:
+            self.publisher.terminated = True
             await self._writes.wait_for_accepted()
             await run_to_completion(self.ledger.set_property, TERMINATED_PROPERTY, 1)
             for producer in list(self.producers.producers):
@@ -463,7 +249,7 @@ class Topic:
         return self.last_confirmed_position()
 
     async def remove_producer(self, producer: Producer) -> None:
-        self._failed_producers.discard(producer)
+        self.publisher.producer_reconnected(producer)
         if self._closed:
             # close() told every producer and waiter to go. A holder leaving now must not
             # promote a waiter: the grant would write the epoch into a closed ledger.
@@ -481,80 +267,6 @@ class Topic:
         if self.dedup is None:
             return -1
         return self.dedup.last_sequence_id(producer_name)
-
-    # ------------------------------------------------------------------ dedup snapshots
-
-    def _take_dedup_snapshot(self) -> None:
-        """Mark-delete the dedup cursor at the last persisted entry, with the persisted marks as
-        its properties. In memory here; the housekeeping task (or close) persists the cursor,
-        and until then the previous snapshot plus a longer replay rebuilds the same state."""
-        dedup = self.dedup
-        assert dedup is not None
-        position = dedup.last_persisted_position
-        if position is None:
-            return
-        snapshot = dedup.snapshot()
-        self.ledger.open_cursor(DEDUP_CURSOR).mark_delete(position, properties=snapshot)
-        dedup.on_snapshot_taken(position, self._clock())
-        self._last_snapshot_wall_time = time.time()
-
-    def _maybe_snapshot_dedup_by_time(self) -> None:
-        """Java's periodic snapshot task, run every brokerDeduplicationSnapshotFrequencyInSeconds
-        (0 disables it): snapshot if entries were persisted and the interval has passed."""
-        frequency = self.config.broker_deduplication_snapshot_frequency_in_seconds
-        if frequency <= 0:
-            return
-        now = self._clock()
-        if now - self._last_snapshot_check < frequency:
-            return
-        self._last_snapshot_check = now
-        if self.dedup is not None and self.dedup.should_snapshot(now):
-            self._take_dedup_snapshot()
-
-    def _maybe_purge_inactive_producers(self) -> None:
-        now = self._clock()
-        if self.dedup is None or now - self._last_purge_check < _PURGE_CHECK_INTERVAL_S:
-            return
-        self._last_purge_check = now
-        timeout = self.config.broker_deduplication_producer_inactivity_timeout_minutes * 60.0
-        purged = self.dedup.purge_inactive(now, timeout)
-        if purged:
-            log.info("%s: forgot %d inactive producer(s)", self.name.full_name, len(purged))
-
-    async def set_dedup_enabled(self, enabled: bool) -> None:
-        """Apply a policy change (T2/T3).
-
-        Disabling forgets every mark and deletes the dedup cursor. Enabling starts tracking
-        afresh: the cursor is created (and persisted) at the end of the log, so the next load
-        replays only what is written from now on, and names seen before are unknown again.
-        """
-        if enabled and self.dedup is None:
-            dedup: MessageDeduplication[Position] = MessageDeduplication(
-                dedup_config_from(self.config)
-            )
-            for producer in self.producers.producers:
-                dedup.producer_connected(producer.name)
-            async with self._cursor_io:
-                if DEDUP_CURSOR in self.ledger.cursors:  # left over; never reuse its snapshot
-                    self.ledger.detach_cursor(DEDUP_CURSOR)
-                    await run_to_completion(self.ledger.remove_cursor_file, DEDUP_CURSOR)
-                # Positioned and tracking from the same loop step, so dedup and the cursor
-                # cover the same entries; the file follows from a disk thread (a crash before
-                # it leaves no cursor: dedup then restarts afresh, as if never enabled).
-                cursor = self.ledger.add_cursor(
-                    self.ledger.new_cursor(DEDUP_CURSOR, InitialPosition.LATEST)
-                )
-                self.dedup = dedup
-                self._last_snapshot_wall_time = None
-                await run_to_completion(cursor.persist)
-        elif not enabled and self.dedup is not None:
-            self.dedup.clear()
-            self.dedup = None
-            self._last_snapshot_wall_time = None
-            async with self._cursor_io:
-                if DEDUP_CURSOR in self.ledger.cursors:
-                    self.ledger.detach_cursor(DEDUP_CURSOR)
-                    await run_to_completion(self.ledger.remove_cursor_file, DEDUP_CURSOR)
 
     # ------------------------------------------------------------------ reads
 
@@ -614,40 +326,7 @@ class Topic:
 
     def last_confirmed_position(self) -> Position:
         """The last durable entry, or "before the first" for a topic that has none."""
-        last = self.ledger.last_confirmed_position
-        return last if last is not None else self.ledger.before_first_position()
-
-    async def find_position_by_publish_time(self, timestamp_ms: int) -> Position:
-        """First entry whose publish time is at or after ``timestamp_ms`` (or the end).
-
-        As Java: binary search for the newest entry published before T, then the next one. The
-        search reads entries all over the log, so it runs in a disk thread.
-        """
-        newest_before = await run_blocking(
-            self.ledger.find_newest_matching, lambda entry: _published_before(entry, timestamp_ms)
-        )
-        if newest_before is None:
-            return self.first_read_position()
-        return self.ledger.next_position(newest_before)
-
-    # ------------------------------------------------------------------ ids and positions
-
-    def first_read_position(self) -> Position:
-        return self.ledger.next_position(self.ledger.before_first_position())
-
-    def reader_start(self, start: MessageId) -> Position:
-        """First read position of a reader starting at ``start``: inclusive (the client filters
-        the start message itself when it asked for exclusive). Latest = after the last entry,
-        so the mark-delete is the last entry, as hasMessageAvailable needs."""
-        return self.seek_target(start)
-
-    def seek_target(self, target: MessageId) -> Position:
-        """Next read position for SEEK by message id (inclusive)."""
-        if target.ledger_id < 0 or target.entry_id < 0:
-            return self.first_read_position()
-        if target.ledger_id >= I64_MAX or target.entry_id >= I64_MAX:
-            return self.ledger.next_position(self.last_confirmed_position())
-        return Position(target.ledger_id, target.entry_id)
+        return last_confirmed_position(self.ledger)
 
     async def last_message_id(self, sub: Subscription) -> tuple[MessageId, MessageId | None]:
         """GET_LAST_MESSAGE_ID: the last entry (with its batch index) and the mark-delete."""
@@ -734,7 +413,7 @@ class Topic:
             # It names the current compacted view: acks must never move it.
             raise NotAllowed(f"Subscription name {COMPACTION_CURSOR} is reserved")
         if not durable:
-            begin = start if start is not None else self.first_read_position()
+            begin = start if start is not None else first_read_position(self.ledger)
             cursor = self.ledger.new_non_durable_cursor(begin)
             return self._attach_subscription(name, cursor, durable=False)
         async with self._cursor_io:
@@ -812,8 +491,8 @@ class Topic:
             await asyncio.sleep(tick)
             try:
                 self._rates.sample(self.rate_counters())
-                self._maybe_snapshot_dedup_by_time()
-                self._maybe_purge_inactive_producers()
+                self.publisher.maybe_snapshot_dedup_by_time()
+                self.publisher.maybe_purge_inactive_producers()
                 self.compaction.maybe_trigger(self.compaction_threshold_bytes)
                 async with self._cursor_io:
                     await run_to_completion(self._persist_cursors, time.monotonic())
@@ -835,10 +514,7 @@ class Topic:
         if self._closed:
             return
         self._closed = True
-        self._dirty.set()
-        self._group_full.set()  # no point waiting for more: nothing new will be accepted
-        with contextlib.suppress(Exception):
-            await self._flusher
+        await self.publisher.close()  # what was accepted is written and answered first
         self._housekeeper.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._housekeeper
@@ -859,14 +535,7 @@ class Topic:
                 log.warning("%s: persisting cursors before close: %s", self.name.full_name, exc)
         for sub in self.subscriptions.values():
             sub.close()
-        dedup = self.dedup
-        if dedup is not None and dedup.entries_since_snapshot > 0:
-            # A clean unload leaves nothing to replay on the next load.
-            with contextlib.suppress(Exception):
-                self._take_dedup_snapshot()
-        if self.idempotency is not None and self.idempotency.entries_since_snapshot > 0:
-            with contextlib.suppress(Exception):
-                take_idempotency_snapshot(self.ledger, self.idempotency)  # ledger.close persists
+        self.publisher.snapshot_on_close()  # ledger.close persists the snapshots' cursors
         async with self._cursor_io:
             await run_blocking(self.ledger.close)
 
@@ -876,9 +545,9 @@ class Topic:
         nobody is answered. Reopen the directory to recover."""
         self._closed = True
         self.compaction.abandon()
-        for task in (self._flusher, self._housekeeper):
-            task.cancel()
-        await asyncio.gather(self._flusher, self._housekeeper, return_exceptions=True)
+        self._housekeeper.cancel()
+        await self.publisher.abandon()
+        await asyncio.gather(self._housekeeper, return_exceptions=True)
         self._writes.release_all()
         # Subscriptions are left as they are: closing them would persist their cursors.
         await run_blocking(self.ledger._abandon)
@@ -897,91 +566,3 @@ class Topic:
         """msgRateIn, msgThroughputIn, msgRateOut, msgThroughputOut (per second)."""
         rate_in, throughput_in, rate_out, throughput_out = self._rates.rates(self.rate_counters())
         return rate_in, throughput_in, rate_out, throughput_out
-
-    def stats_snapshot(self) -> dict[str, Any]:
-        last = self.last_confirmed_position()
-        counters = self.rate_counters()
-        rate_in, throughput_in, rate_out, throughput_out = self.rates()
-        return {
-            "msgRateIn": rate_in,
-            "msgThroughputIn": throughput_in,
-            "msgRateOut": rate_out,
-            "msgThroughputOut": throughput_out,
-            "msgInCounter": self.stats.msg_in,
-            "bytesInCounter": self.stats.bytes_in,
-            "msgOutCounter": counters[2],
-            "bytesOutCounter": counters[3],
-            "storageSize": self.ledger.stats()["stored_bytes"],
-            "publishers": sum(1 for p in self.producers.producers if p.ready),
-            "producerAccess": self.producers.stats(),
-            "lastConfirmedEntry": f"{last[0]}:{last[1]}",
-            "unreadableEntries": self.stats.unreadable_entries,
-            "subscriptions": {n: s.describe() for n, s in self.subscriptions.items()},
-            "deduplication": self.dedup_stats(),
-            "compaction": self.compaction.stats_json(),
-            "idempotency": None if self.idempotency is None else self.idempotency.stats(),
-        }
-
-    def dedup_stats(self) -> dict[str, Any]:
-        """The ``deduplication`` section of the topic stats (JSON-ready, camelCase keys)."""
-        if self.dedup is None:
-            return {"enabled": False}
-        raw = self.dedup.stats()
-        snapshot_position = raw["last_snapshot_position"]
-        persisted_position = raw["last_persisted_position"]
-        return {
-            "enabled": True,
-            "state": raw["state"],
-            "trackedProducers": raw["tracked_producers"],
-            "connectedProducers": raw["connected_producers"],
-            "inactiveProducers": raw["inactive_producers"],
-            "accepted": raw["accepted"],
-            "duplicatesDropped": raw["duplicates_dropped"],
-            "unknownAnswers": raw["unknown_answers"],
-            "straddlingBatchesStored": raw["straddling_batches"],
-            "writeFailures": raw["write_failures"],
-            "purgedProducers": raw["purged_producers"],
-            "replayedEntries": raw["replayed_entries"],
-            "unreadableEntriesSkipped": raw["unreadable_entries_skipped"],
-            "chunkedMessagesInFlight": raw["chunked_messages_in_flight"],
-            "recoverySeconds": raw["recovery_seconds"],
-            "entriesSinceSnapshot": raw["entries_since_snapshot"],
-            "lastPersistedPosition": _position_text(persisted_position),
-            "lastSnapshotPosition": _position_text(snapshot_position),
-            # Wall-clock seconds since the epoch of the last snapshot taken by this load.
-            "lastSnapshotTime": self._last_snapshot_wall_time,
-        }
-
-
-def _notify_settled(requests: list[SendRequest]) -> None:
-    """Call each distinct ``on_settled`` of ``requests`` once (after all of them are settled).
-
-    A group holds runs of one connection's requests, so comparing with the previous callback
-    skips most set operations."""
-    previous: object = None
-    notified: set[Callable[[], None]] = set()
-    for request in requests:
-        callback = request.on_settled
-        if callback is None or callback is previous:
-            continue
-        previous = callback
-        if callback not in notified:
-            notified.add(callback)
-            callback()
-
-
-def _published_before(entry: bytes, timestamp_ms: int) -> bool:
-    """Seek-by-time predicate. An unreadable entry counts as not published before the target:
-    the binary search may then stop early and redeliver a few earlier messages, never skip a
-    later one; the entry itself is skipped on delivery."""
-    try:
-        return parse_entry_metadata(entry).publish_time < timestamp_ms
-    except RemoteProtocolError:
-        return False
-
-
-def _position_text(position: object) -> str | None:
-    """``"ledger:entry"`` as Pulsar prints positions, None when there is none."""
-    if isinstance(position, Position):
-        return f"{position.ledger_id}:{position.entry_id}"
-    return None

@@ -9,6 +9,7 @@ import uuid
 import pulsar
 import pytest
 
+from broker.admin.stats import stats_snapshot
 from protocol import FrameDecoder, commands, pb
 from protocol.enums import ProducerAccessMode
 from protocol.metadata import encode_entry
@@ -92,7 +93,7 @@ def test_unload_closes_producers_and_consumers_which_reconnect(broker: BrokerThr
         async def publishers() -> int:
             assert broker.broker is not None
             assert broker.broker.service is not None
-            return int(broker.broker.service.topics[topic].stats_snapshot()["publishers"])
+            return int(stats_snapshot(broker.broker.service.topics[topic])["publishers"])
 
         assert broker.call(publishers) == 1
         # Told to reconnect the producer, the client kept its socket: no SEND_ERROR made it drop

@@ -19,6 +19,7 @@ from typing import Any
 import pulsar
 import pytest
 
+from broker.admin.stats import dedup_stats
 from protocol import Frame, pb
 from protocol.topic_name import TopicName
 from tests.helpers import BrokerThread, new_client
@@ -172,7 +173,7 @@ async def _dedup_stats(broker: BrokerThread, topic: str) -> dict[str, Any]:
     assert broker.broker.service is not None
     loaded = broker.broker.service.loaded_topic(TopicName.parse(topic))
     assert loaded is not None
-    return loaded.dedup_stats()
+    return dedup_stats(loaded)
 
 
 # --------------------------------------------------------------------------- the proxy itself

@@ -132,3 +132,15 @@ def test_inline_secrets_are_redacted_in_the_logged_configuration(tmp_path: Path)
     assert 'tokenSecretKey = "<redacted>"' in described
     by_file = BrokerConfig(token_secret_key=f"file://{tmp_path}/k").describe()
     assert f'tokenSecretKey = "file://{tmp_path}/k"' in by_file
+
+
+def test_base64_secrets_that_look_like_paths_are_redacted(tmp_path: Path) -> None:
+    """Base64 text may start with "/": only a file reference (or, for basicAuthConf, a bare
+    path naming a file, as ``read_key_material`` reads it) is shown."""
+    secret = "/3VaYlO6zsKxeGqaZNnY0npeWCSOh4shTtBhjdxvdhU="
+    described = BrokerConfig(token_secret_key=secret, basic_auth_conf=secret).describe()
+    assert secret not in described
+    htpasswd = tmp_path / "htpasswd"
+    htpasswd.write_text("u:h\n")
+    shown = BrokerConfig(basic_auth_conf=str(htpasswd)).describe()
+    assert f'basicAuthConf = "{htpasswd}"' in shown

@@ -6,7 +6,7 @@ set that hides indexes, key extraction from real entries, and snapshot + replay.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from broker.dispatch.subscription import unacked_indexes
@@ -18,6 +18,7 @@ from broker.publish.idempotency_window import (
     Verdict,
     WindowConfig,
     pack_location,
+    stamp_ms,
     unpack_location,
     visible_ack_set,
 )
@@ -73,6 +74,30 @@ def test_time_edge_is_exclusive() -> None:
     clock.now = 1_010.0
     assert w.check(["a"]).verdict is Verdict.NEW
     assert w.stats()["expiredKeys"] == 1
+
+
+def test_time_edge_is_exact_below_the_millisecond() -> None:
+    """Stamps are not rounded to the millisecond: a key accepted at 1000.7005 is still a
+    duplicate at 1005.7003 (0.2 ms before its edge; truncating the stamp to 1000.700 forgot it)."""
+    clock = Clock(1_000.7005)
+    w = window(seconds=5, clock=clock)
+    store(w, ["a"], P(1, 0))
+    clock.now = 1_005.7003
+    assert w.check(["a"]).verdict is Verdict.DUPLICATE
+    clock.now = 1_000.7005 + 5
+    assert w.check(["a"]).verdict is Verdict.NEW
+
+
+def test_time_edge_before_the_clock_reaches_the_window_length() -> None:
+    """now - window < 0 (an injected clock starting at 0): the key stays until now - t >= window
+    (a horizon truncated toward zero, int(-0.7 ms) == 0, expired a key stamped 0 at 4.9993 s)."""
+    clock = Clock(0.0)
+    w = window(seconds=5, clock=clock)
+    store(w, ["a"], P(1, 0))
+    clock.now = 4.9993
+    assert w.check(["a"]).verdict is Verdict.DUPLICATE
+    clock.now = 5.0
+    assert w.check(["a"]).verdict is Verdict.NEW
 
 
 def test_wall_clock_stepping_back_does_not_reorder_the_window() -> None:
@@ -244,6 +269,33 @@ def test_snapshot_round_trip_keeps_order_positions_and_stamps() -> None:
     assert [unpack_location(packed) for _, packed in decoded_records] == locations
 
 
+@given(st.floats(min_value=0, max_value=2.0**34, allow_nan=False))
+@example(1_000.7005)
+@example(0.7)
+@example(1_700_000_000.123)
+def test_snapshot_stamp_is_rounded_up_to_the_millisecond(stamp: float) -> None:
+    """The least millisecond not before the stamp: a restored key never leaves the window early
+    (and outlives it by under a millisecond)."""
+    ms = stamp_ms(stamp)
+    assert ms / 1000 >= stamp
+    assert (ms - 1) / 1000 < stamp
+    assert unpack_location(pack_location(P(1, 2), 3, stamp)) == (P(1, 2), 3, ms / 1000)
+
+
+def test_restored_key_with_a_sub_millisecond_stamp_does_not_leave_early() -> None:
+    clock = Clock(1_000.7005)
+    live = window(seconds=5, clock=clock)
+    store(live, ["a"], P(1, 0))
+    records, hidden = decode_snapshot(encode_snapshot(*live.snapshot_records()))
+    recovered = IdempotencyWindow.restore(records, hidden, config=live.config, clock=clock)
+    recovered.finish_replay()
+    clock.now = 1_005.7003
+    assert live.check(["a"]).verdict is Verdict.DUPLICATE
+    assert recovered.check(["a"]).verdict is Verdict.DUPLICATE  # stamped 1000.701: kept
+    clock.now = 1_005.701
+    assert recovered.check(["a"]).verdict is Verdict.NEW
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     st.lists(
@@ -351,6 +403,33 @@ class ReferenceWindow:
         max_size=40,
     ),
     st.integers(min_value=1, max_value=4),
+)
+# Found by hypothesis: a key stamped 0.0 checked at ~4.9993 s (window 5 s) was expired, the
+# horizon int((now - 5) * 1000) truncating -0.7 ms toward zero.
+@example(
+    steps=[
+        (0.0, ["a"], False),
+        (1.431640625, ["a"], False),
+        (2.846951425044248, ["a"], False),
+        (0.013671875, ["a"], False),
+        (0.70703125, ["a", "b"], False),
+    ],
+    max_keys=1,
+)
+@example(
+    steps=[
+        (0.0, ["a"], False),
+        (1.431640625, ["a"], False),
+        (2.846951425044248, ["a"], False),
+        (0.70703125, ["a"], False),
+        (0.013671875, ["a"], False),
+    ],
+    max_keys=1,
+)
+# A stamp below the millisecond (truncated to the millisecond, the key left 0.2 ms early).
+@example(
+    steps=[(0.7005, ["a"], False), (4.0, [None], False), (0.9998, ["a"], False)],
+    max_keys=1,
 )
 def test_window_matches_the_reference_model(
     steps: list[tuple[float, list[str | None], bool]], max_keys: int

@@ -1,5 +1,6 @@
-"""``SendRequest`` through ``Topic.submit``: settled in place, each connection told once per
-group commit (so its receipts leave in one write), failures and duplicates included."""
+"""``Topic.submit`` answers each SEND with an outcome (a ``Publication`` settled in place, or a
+``Settled`` answer), each connection told once per group commit (so its receipts leave in one
+write), failures and duplicates included."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import errno
 from pathlib import Path
 
 from broker.errors import PersistenceError
-from broker.publish.publication import SendRequest
+from broker.publish.producers import Producer
+from broker.publish.publication import PublishOutcome
 from broker.storage import Position
 from broker.topics.topic import Topic
 from tests.broker.storage.faults import FaultyLayer
@@ -24,7 +26,7 @@ class Settled:
     def __init__(self) -> None:
         self.calls = 0
         self.done_at_call: list[list[bool]] = []
-        self.requests: list[SendRequest] = []
+        self.requests: list[PublishOutcome] = []
         self.event = asyncio.Event()
 
     def __call__(self) -> None:
@@ -33,10 +35,11 @@ class Settled:
         self.event.set()
 
 
-def submit(topic: Topic, settled: Settled, request: SendRequest) -> SendRequest:
-    settled.requests.append(request)
-    topic.submit(request, None, 1)
-    return request
+def submit(topic: Topic, settled: Settled, producer: Producer, seq: int) -> PublishOutcome:
+    """One SEND of ``producer`` with sequence id ``seq`` (its entry names both)."""
+    outcome = topic.submit(producer, seq, seq, entry(producer.name, seq), None, 1, settled)
+    settled.requests.append(outcome)
+    return outcome
 
 
 async def test_one_call_per_connection_per_group(tmp_path: Path) -> None:
@@ -45,8 +48,8 @@ async def test_one_call_per_connection_per_group(tmp_path: Path) -> None:
         p1, p2 = await connect(topic, "p1"), await connect(topic, "p2")
         first, second = Settled(), Settled()
         for seq in range(5):  # two connections' requests interleaved in one group
-            submit(topic, first, SendRequest(p1, seq, seq, entry("p1", seq), first))
-            submit(topic, second, SendRequest(p2, seq, seq, entry("p2", seq), second))
+            submit(topic, first, p1, seq)
+            submit(topic, second, p2, seq)
         await asyncio.wait_for(asyncio.gather(first.event.wait(), second.event.wait()), 10)
         for settled in (first, second):
             assert settled.calls == 1
@@ -66,9 +69,9 @@ async def test_a_duplicate_is_settled_at_once_without_a_call(tmp_path: Path) -> 
     try:
         producer = await connect(topic, "p1")
         settled = Settled()
-        stored = submit(topic, settled, SendRequest(producer, 3, 3, entry("p1", 3), settled))
+        stored = submit(topic, settled, producer, 3)
         await asyncio.wait_for(settled.event.wait(), 10)
-        duplicate = submit(topic, settled, SendRequest(producer, 3, 3, entry("p1", 3), settled))
+        duplicate = submit(topic, settled, producer, 3)
         assert duplicate.done
         assert duplicate.position is None
         assert duplicate.error is None
@@ -88,7 +91,7 @@ async def test_a_failed_group_is_failed_then_told_once(tmp_path: Path) -> None:
         layer.fail("fdatasync", errno.EIO, suffix=".seg")
         settled = Settled()
         for seq in range(3):
-            submit(topic, settled, SendRequest(producer, seq, seq, entry("p1", seq), settled))
+            submit(topic, settled, producer, seq)
         await asyncio.wait_for(settled.event.wait(), 10)
         assert settled.calls == 1
         assert all(isinstance(r.error, PersistenceError) for r in settled.requests)

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from broker.admin.stats import dedup_stats
 from broker.config import BrokerConfig
 from broker.errors import BrokerError, PersistenceError
 from broker.publish.dedup import DedupState
@@ -180,7 +181,7 @@ async def test_new_entries_get_positions_and_resends_get_dup(topic: Topic) -> No
     assert await publish(topic, producer, 1, 5) is None
     assert log_of(topic) == [("p1", 0, 1), ("p1", 1, 5)]
     assert topic.last_sequence_id("p1") == 5
-    stats = topic.dedup_stats()
+    stats = dedup_stats(topic)
     assert (stats["duplicatesDropped"], stats["accepted"]) == (2, 2)
 
 
@@ -193,7 +194,7 @@ async def test_resend_while_in_flight_is_unknown(topic: Topic) -> None:
     await pending
     assert await publish(topic, producer, 7) is None
     assert log_of(topic) == [("p1", 7, 1)]
-    assert topic.dedup_stats()["unknownAnswers"] == 1
+    assert dedup_stats(topic)["unknownAnswers"] == 1
 
 
 async def test_c4_high_water_mark_with_gaps(topic: Topic) -> None:
@@ -213,7 +214,7 @@ async def test_gapped_cpp_batch_is_judged_by_its_real_last_id(topic: Topic) -> N
     assert exact_batch_highest_sequence_id(data, 4) == 6
     assert await topic.publish(producer, 2, 4, data) is not None
     assert topic.last_sequence_id("p1") == 6
-    assert topic.dedup_stats()["straddlingBatchesStored"] == 1
+    assert dedup_stats(topic)["straddlingBatchesStored"] == 1
 
 
 def test_exact_highest_id_falls_back_to_the_estimate() -> None:
@@ -257,7 +258,7 @@ async def test_failed_write_fails_staged_entries_and_refuses_the_producer(tmp_pa
         assert await publish(topic, p1, 2) is not None
         assert await publish(topic, p2, 0) is not None
         assert log_of(topic) == [("p1", 0, 1), ("p1", 1, 1), ("p1", 2, 1), ("p2", 0, 1)]
-        assert topic.dedup_stats()["writeFailures"] == 1
+        assert dedup_stats(topic)["writeFailures"] == 1
     finally:
         await topic.close()
 
@@ -317,7 +318,7 @@ async def test_snapshot_every_entries_interval(topic: Topic) -> None:
     last = await publish(topic, producer, 2)  # the third persisted entry (interval 3)
     assert cursor.mark_delete_position == last
     assert cursor.properties == {"p1": 2}
-    stats = topic.dedup_stats()
+    stats = dedup_stats(topic)
     assert stats["lastSnapshotPosition"] == f"{last.ledger_id}:{last.entry_id}"
     assert stats["lastSnapshotTime"] is not None
     assert stats["entriesSinceSnapshot"] == 0
@@ -417,7 +418,7 @@ async def test_d8_inactive_producers_are_purged_by_housekeeping(tmp_path: Path) 
         clock.now += 11.0  # gone: idle 61 s; late: idle 11 s
         await asyncio.sleep(0.3)  # a few housekeeping ticks
         assert [topic.last_sequence_id(name) for name in names] == [-1, 0, 0]
-        assert topic.dedup_stats()["purgedProducers"] == 1
+        assert dedup_stats(topic)["purgedProducers"] == 1
     finally:
         await topic.close()
 
@@ -459,8 +460,8 @@ async def test_t2_t3_disable_clears_state_and_deletes_the_cursor(tmp_path: Path)
         assert not list((topic.ledger.directory / "cursors").glob("*dedup*"))
         assert topic.last_sequence_id("p1") == -1
         assert await publish(topic, producer, 0) is not None  # no dedup: stored again
-        topic._maybe_snapshot_dedup_by_time()  # T3: the periodic task is a no-op
-        assert topic.dedup_stats() == {"enabled": False}
+        topic.publisher.maybe_snapshot_dedup_by_time()  # T3: the periodic task is a no-op
+        assert dedup_stats(topic) == {"enabled": False}
 
         await topic.set_dedup_enabled(True)
         assert topic.last_sequence_id("p1") == -1  # starts afresh
