@@ -12,7 +12,6 @@ import pytest
 from click.testing import CliRunner
 
 from broker.admin_cli import main as admin_main
-from broker.auth.admin_client import AdminAuthError, authorization_header
 from broker.auth.token import TokenProvider
 from broker.cli import main
 from broker.config import BrokerConfig
@@ -71,19 +70,6 @@ def test_create_needs_exactly_one_key() -> None:
     assert "exactly one" in result.output
 
 
-def test_admin_credentials_options(tmp_path: Path) -> None:
-    assert authorization_header(None, None, "abc") == "Bearer abc"
-    assert authorization_header("token", "token:abc", None) == "Bearer abc"
-    (tmp_path / "t").write_text("from-file\n")
-    plugin = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
-    assert authorization_header(plugin, f"file://{tmp_path / 't'}", None) == "Bearer from-file"
-    basic = authorization_header("basic", '{"userId": "u", "password": "p"}', None)
-    assert basic == "Basic dTpw"
-    assert authorization_header(None, None, None) is None
-    with pytest.raises(AdminAuthError):
-        authorization_header("kerberos", "x", None)
-
-
 @pytest.fixture
 def secure(tmp_path: Path) -> Iterator[SecureBroker]:
     running = start_secure_broker(tmp_path)
@@ -129,6 +115,29 @@ def test_admin_cli_permissions_and_tenants(secure: SecureBroker) -> None:
     code, output = _admin(secure, None, "tenants", "list")
     assert code == 1
     assert "403" in output
+
+
+def test_admin_cli_over_https_with_the_tls_options(secure: SecureBroker) -> None:
+    """The CA checks the broker; a client certificate authenticates (CN=admin: superuser)."""
+    admin_cert = secure.clients[SUPERUSER]
+    https = ["--admin-url", secure.https, "--auth-token", secure.token(SUPERUSER)]
+    trusted = [*https, "--tls-trust-cert-path", str(secure.pki.ca_file)]
+    listed = CliRunner().invoke(admin_main, [*trusted, "--json", "tenants", "list"])
+    assert listed.exit_code == 0, listed.output
+    assert "acme" in json.loads(listed.output)
+    untrusted = CliRunner().invoke(admin_main, [*https, "tenants", "list"])
+    assert untrusted.exit_code == 3
+    assert f"cannot reach the broker at {secure.https}" in untrusted.output
+    assert "CERTIFICATE_VERIFY_FAILED" in untrusted.output
+    insecure = CliRunner().invoke(admin_main, [*https, "--tls-allow-insecure", "tenants", "list"])
+    assert insecure.exit_code == 0, insecure.output
+    by_certificate = [
+        "--admin-url", secure.https, "--tls-trust-cert-path", str(secure.pki.ca_file),
+        "--tls-cert-file", str(admin_cert.cert), "--tls-key-file", str(admin_cert.key),
+    ]  # fmt: skip
+    created = CliRunner().invoke(admin_main, [*by_certificate, "tenants", "create", "t-tls"])
+    assert created.exit_code == 0, created.output
+    assert "Created tenant t-tls" in created.output
 
 
 def test_standalone_stops_on_unusable_security_settings(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""How ``magnetar-admin`` authenticates, with pulsar-admin's options.
+"""How ``magnetar-admin`` authenticates: the ``Authorization`` header from pulsar-admin's options.
 
 ``--auth-plugin`` takes ``token``/``basic`` or the Java client's class names
 (``org.apache.pulsar.client.impl.auth.AuthenticationToken`` / ``AuthenticationBasic``);
@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import base64
 import json
-import ssl
 from pathlib import Path
 
-__all__ = ["AdminAuthError", "authorization_header", "tls_context"]
+__all__ = ["AdminAuthError", "authorization_header"]
 
 _PLUGINS = {
     "token": "token",
@@ -70,19 +69,3 @@ def _basic_from(params: str) -> str:
     if ":" not in text:
         raise AdminAuthError("basic --auth-params: userId:password")
     return text
-
-
-def tls_context(
-    trust_certs: str | None,
-    allow_insecure: bool,
-    cert_file: str | None,
-    key_file: str | None,
-) -> ssl.SSLContext:
-    """The context for an ``https://`` admin URL (pulsar-admin's TLS options)."""
-    context = ssl.create_default_context(cafile=trust_certs or None)
-    if allow_insecure:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if cert_file and key_file:
-        context.load_cert_chain(cert_file, key_file)
-    return context
