@@ -40,11 +40,11 @@ from broker.publish.idempotency_window import (
     WindowConfig,
     pack_location,
 )
-from broker.publish.producer_access import AccessMode
 from broker.publish.producers import Producer
 from broker.storage import InitialPosition, Ledger, LedgerConfig, Position, cursor_file
 from broker.topics.topic import Topic
 from protocol import pb
+from protocol.enums import ProducerAccessMode
 from protocol.metadata import encode_entry
 from protocol.topic_name import TopicName
 
@@ -163,7 +163,7 @@ async def _publish_rate(messages: int, keyed: bool, window_on: bool = True) -> f
         producer = Producer(
             producer_id=1,
             name="bench",
-            mode=AccessMode.Shared,
+            mode=ProducerAccessMode.Shared,
             sink=_Sink(),
             connection_key=object(),
             request_id=1,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker.dispatch.consumer import Consumer
-from broker.dispatch.subscription import Subscription, SubType
+from broker.dispatch.subscription import Subscription
 from broker.errors import (
     BrokerError,
     ConsumerBusy,
@@ -24,6 +24,7 @@ from broker.errors import (
 from broker.storage import Position
 from broker.topics.positions import find_position_by_publish_time, reader_start, seek_target
 from protocol import commands, pb
+from protocol.enums import AckType, InitialPosition, SubType
 from protocol.errors import ServerError
 from protocol.framing import Frame
 from protocol.ids import MessageId, from_u64
@@ -133,7 +134,7 @@ class ConsumerEndpoint:
             cmd.subscription,
             durable=durable,
             start=None if start is None else reader_start(topic.ledger, start),
-            initial_earliest=cmd.initialPosition == pb.CommandSubscribe.Earliest,
+            initial_earliest=int(cmd.initialPosition) == InitialPosition.Earliest,
         )
         if not subscription.consumers:
             await topic.set_read_compacted(subscription, cmd.read_compacted)
@@ -177,7 +178,7 @@ class ConsumerEndpoint:
                 )
             return
         try:
-            if cmd.ack_type == pb.CommandAck.Cumulative:
+            if int(cmd.ack_type) == AckType.Cumulative:
                 if cmd.message_id:
                     last = cmd.message_id[-1]
                     state.subscription.acknowledge_cumulative(

@@ -37,6 +37,7 @@ from broker.errors import (
 from broker.logging_setup import RateLimitedLog
 from broker.topics.non_persistent import non_persistent_topics_of
 from protocol import commands, pb
+from protocol.enums import TopicListMode
 from protocol.errors import ProtocolError, ServerError
 from protocol.framing import SUB_MESSAGE_NAME, Frame, FrameDecoder
 from protocol.topic_name import NON_PERSISTENT, InvalidTopicNameError, NamespaceName, TopicName
@@ -487,10 +488,10 @@ class ServerConnection(asyncio.Protocol):
             self.reply_error(cmd.request_id, exc)
             return
         topics = self._service.topics_of_namespace(namespace)
-        if cmd.mode != pb.CommandGetTopicsOfNamespace.PERSISTENT:
+        if int(cmd.mode) != TopicListMode.PERSISTENT:
             # NON_PERSISTENT / ALL (RegexSubscriptionMode): the loaded in-memory topics too.
             in_memory = non_persistent_topics_of(self._service.topics, namespace)
-            persistent = cmd.mode == pb.CommandGetTopicsOfNamespace.ALL
+            persistent = int(cmd.mode) == TopicListMode.ALL
             topics = (topics if persistent else []) + in_memory
         self.write(commands.get_topics_of_namespace_response(cmd.request_id, topics))
 

@@ -36,10 +36,10 @@ from broker.errors import (
     ServiceNotReady,
     to_wire,
 )
-from broker.publish.producer_access import AccessMode
 from broker.publish.producers import Producer
 from broker.publish.publication import PublishOutcome, Settled
 from protocol import commands, pb, send_identity
+from protocol.enums import ProducerAccessMode
 from protocol.errors import RemoteProtocolError
 from protocol.framing import Frame
 from protocol.ids import I64_MAX, from_u64, to_u64
@@ -144,7 +144,7 @@ class ProducerEndpoint:
         producer = Producer(
             producer_id=cmd.producer_id,
             name=name,
-            mode=AccessMode(cmd.producer_access_mode),
+            mode=ProducerAccessMode(cmd.producer_access_mode),
             sink=self,
             connection_key=self._conn,
             request_id=request_id,

@@ -19,6 +19,7 @@ from protocol._pb import PulsarApi_pb2 as pb
 from protocol.batch import split_batch
 from protocol.compression import CompressionError
 from protocol.compression import decode as decompress
+from protocol.enums import CompressionType
 from protocol.errors import RemoteProtocolError
 
 __all__ = ["EntryKeys", "entry_keys"]
@@ -26,7 +27,7 @@ __all__ = ["EntryKeys", "entry_keys"]
 _KEY_NAME = "magnetar.idempotency-key"
 _KEY_BYTES = _KEY_NAME.encode()
 _U32 = struct.Struct(">I")
-_NONE = pb.CompressionType.Value("NONE")
+_NONE = CompressionType.NONE
 _COMPRESSION_TAG = b"\x40"  # MessageMetadata.compression: field 8, varint
 
 
@@ -63,7 +64,7 @@ def entry_keys(entry: bytes) -> EntryKeys | None:
             return None
         key = _key_of(md.properties)
         return None if key is None else EntryKeys([key], is_batch=False)
-    compressed = md.compression != _NONE
+    compressed = int(md.compression) != _NONE
     if not has_name and not compressed:
         return None
     payload: bytes = entry[4 + size :]

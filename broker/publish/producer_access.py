@@ -54,22 +54,14 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Generic, Literal, TypeAlias, TypeVar
+
+from protocol.enums import ProducerAccessMode
 
 H = TypeVar("H", bound=Hashable)
 
 # Names of ``protocol.errors.ServerError`` members: the caller maps them with ``ServerError[code]``.
 RejectCode: TypeAlias = Literal["ProducerBusy", "ProducerFenced"]
-
-
-class AccessMode(IntEnum):
-    """``ProducerAccessMode`` of the wire protocol (values are the proto enum values)."""
-
-    Shared = 0
-    Exclusive = 1
-    WaitForExclusive = 2
-    ExclusiveWithFencing = 3
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,7 +162,7 @@ class AccessStats:
 @dataclass(frozen=True, slots=True)
 class _Producer:
     name: str
-    mode: AccessMode
+    mode: ProducerAccessMode
     connection: Hashable
     # Epoch granted at admission (exclusive modes) or the topic epoch at that time (Shared).
     topic_epoch: int | None
@@ -184,7 +176,11 @@ class _Waiter:
 
 
 _EXCLUSIVE_MODES = frozenset(
-    {AccessMode.Exclusive, AccessMode.WaitForExclusive, AccessMode.ExclusiveWithFencing}
+    {
+        ProducerAccessMode.Exclusive,
+        ProducerAccessMode.WaitForExclusive,
+        ProducerAccessMode.ExclusiveWithFencing,
+    }
 )
 
 
@@ -229,7 +225,7 @@ class ProducerAccess(Generic[H]):
         producer = self._producers.get(handle)
         if producer is None or handle in self._fenced:
             return False
-        if producer.mode is AccessMode.Shared:
+        if producer.mode is ProducerAccessMode.Shared:
             return True
         return producer.topic_epoch == self._epoch
 
@@ -239,7 +235,9 @@ class ProducerAccess(Generic[H]):
             topic_epoch=self._epoch,
             holder=holder,
             waiters=tuple(waiter.name for waiter in self._waiters.values()),
-            shared_producers=sum(p.mode is AccessMode.Shared for p in self._producers.values()),
+            shared_producers=sum(
+                p.mode is ProducerAccessMode.Shared for p in self._producers.values()
+            ),
             fenced=self._fenced_total,
         )
 
@@ -249,7 +247,7 @@ class ProducerAccess(Generic[H]):
         self,
         handle: H,
         name: str,
-        mode: AccessMode,
+        mode: ProducerAccessMode,
         connection: Hashable,
         requested_topic_epoch: int | None = None,
         *,
@@ -267,7 +265,7 @@ class ProducerAccess(Generic[H]):
         if handle in self._fenced:
             return Rejected("ProducerFenced", "Producer was fenced")
 
-        if mode is not AccessMode.ExclusiveWithFencing:
+        if mode is not ProducerAccessMode.ExclusiveWithFencing:
             # Same name on another connection: the old one may be a dead client (kill -9,
             # half-open TCP) that nobody noticed yet; Java pings it before refusing.
             existing = self._by_name.get(name)
@@ -280,13 +278,13 @@ class ProducerAccess(Generic[H]):
 
         decision: Queued | Rejected | None
         match mode:
-            case AccessMode.Shared:
+            case ProducerAccessMode.Shared:
                 decision = self._request_shared()
-            case AccessMode.Exclusive:
+            case ProducerAccessMode.Exclusive:
                 decision = self._request_exclusive(requested_topic_epoch)
-            case AccessMode.WaitForExclusive:
+            case ProducerAccessMode.WaitForExclusive:
                 decision = self._request_wait_for_exclusive(requested_topic_epoch)
-            case AccessMode.ExclusiveWithFencing:
+            case ProducerAccessMode.ExclusiveWithFencing:
                 return self._take_over_with_fencing(handle, name, connection, requested_topic_epoch)
 
         if isinstance(decision, Rejected):
@@ -383,7 +381,7 @@ class ProducerAccess(Generic[H]):
             # reconnection with that epoch is refused forever.
             epoch = self._epoch_floor() + 1
         admitted = self._register_exclusive(
-            handle, name, AccessMode.ExclusiveWithFencing, connection, epoch
+            handle, name, ProducerAccessMode.ExclusiveWithFencing, connection, epoch
         )
         return Admitted(admitted.topic_epoch, admitted.epoch_changed, fence, failed)
 
@@ -393,18 +391,18 @@ class ProducerAccess(Generic[H]):
         self,
         handle: H,
         name: str,
-        mode: AccessMode,
+        mode: ProducerAccessMode,
         connection: Hashable,
         requested: int | None,
     ) -> Admitted[H]:
-        if mode is AccessMode.Shared:
+        if mode is ProducerAccessMode.Shared:
             self._producers[handle] = _Producer(name, mode, connection, self._epoch)
             self._by_name[name] = handle
             return Admitted(self._epoch, epoch_changed=False)
         return self._register_exclusive(handle, name, mode, connection, self._next_epoch(requested))
 
     def _register_exclusive(
-        self, handle: H, name: str, mode: AccessMode, connection: Hashable, epoch: int
+        self, handle: H, name: str, mode: ProducerAccessMode, connection: Hashable, epoch: int
     ) -> Admitted[H]:
         assert mode in _EXCLUSIVE_MODES
         assert self._holder is None, "one holder at a time"
@@ -429,7 +427,7 @@ class ProducerAccess(Generic[H]):
         admitted = self._register_exclusive(
             handle,
             waiter.name,
-            AccessMode.WaitForExclusive,
+            ProducerAccessMode.WaitForExclusive,
             waiter.connection,
             self._next_epoch(waiter.requested_topic_epoch),
         )

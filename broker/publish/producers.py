@@ -37,7 +37,6 @@ from typing import Protocol
 from broker.blocking import run_to_completion
 from broker.errors import BrokerError, PersistenceError, ProducerBusy, ProducerFenced
 from broker.publish.producer_access import (
-    AccessMode,
     Admitted,
     CheckLiveness,
     ProducerAccess,
@@ -47,6 +46,7 @@ from broker.publish.producer_access import (
 )
 from broker.publish.write_barrier import WriteBarrier
 from broker.storage import Ledger
+from protocol.enums import ProducerAccessMode
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class Producer:
 
     producer_id: int
     name: str
-    mode: AccessMode
+    mode: ProducerAccessMode
     sink: ProducerSink
     connection_key: object
     request_id: int
@@ -136,7 +136,7 @@ class ProducerRegistry:
         self.producers.add(producer)
         producer.topic_epoch = decision.topic_epoch
         self._carry_out_fencing(decision)
-        if producer.mode is not AccessMode.Shared:
+        if producer.mode is not ProducerAccessMode.Shared:
             assert decision.topic_epoch is not None
             try:
                 await self._make_grant_durable(decision.topic_epoch)

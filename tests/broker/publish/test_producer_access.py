@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from broker.publish.producer_access import (
-    AccessMode,
     Admitted,
     CheckLiveness,
     EpochBump,
@@ -23,11 +22,12 @@ from broker.publish.producer_access import (
     Queued,
     Rejected,
 )
+from protocol.enums import ProducerAccessMode
 
-SHARED = AccessMode.Shared
-EXCLUSIVE = AccessMode.Exclusive
-WAIT = AccessMode.WaitForExclusive
-FENCING = AccessMode.ExclusiveWithFencing
+SHARED = ProducerAccessMode.Shared
+EXCLUSIVE = ProducerAccessMode.Exclusive
+WAIT = ProducerAccessMode.WaitForExclusive
+FENCING = ProducerAccessMode.ExclusiveWithFencing
 EXCLUSIVE_MODES = [EXCLUSIVE, WAIT, FENCING]
 
 
@@ -45,7 +45,7 @@ def rejected(decision: object) -> Rejected:
 
 
 @pytest.mark.parametrize("mode", EXCLUSIVE_MODES)
-def test_first_exclusive_producer_gets_epoch_zero_like_java(mode: AccessMode) -> None:
+def test_first_exclusive_producer_gets_epoch_zero_like_java(mode: ProducerAccessMode) -> None:
     access: ProducerAccess[int] = ProducerAccess()
     assert admitted(access.request(1, "p1", mode, "c1")) == Admitted(0, epoch_changed=True)
     assert access.topic_epoch == 0
@@ -119,7 +119,7 @@ def test_x2_exclusive_is_fenced_by_existing_shared_producers() -> None:
 
 @pytest.mark.parametrize("mode", EXCLUSIVE_MODES)
 def test_x3_reconnecting_with_the_same_epoch_keeps_exclusivity_without_increment(
-    mode: AccessMode,
+    mode: ProducerAccessMode,
 ) -> None:
     access: ProducerAccess[int] = ProducerAccess()
     epoch = admitted(access.request(1, "p1", mode, "c1")).topic_epoch
@@ -131,7 +131,7 @@ def test_x3_reconnecting_with_the_same_epoch_keeps_exclusivity_without_increment
 
 
 @pytest.mark.parametrize("mode", EXCLUSIVE_MODES)
-def test_x3_reconnect_after_topic_reload_uses_the_persisted_epoch(mode: AccessMode) -> None:
+def test_x3_reconnect_after_topic_reload_uses_the_persisted_epoch(mode: ProducerAccessMode) -> None:
     reloaded: ProducerAccess[int] = ProducerAccess(topic_epoch=3)
     assert reloaded.request(1, "p1", mode, "c1", requested_topic_epoch=3) == Admitted(3, False)
 
@@ -152,7 +152,9 @@ def test_x4_epoch_incremented_behind_the_holders_back_fences_it() -> None:
 
 
 @pytest.mark.parametrize("mode", EXCLUSIVE_MODES)
-def test_x4_stale_epoch_after_reload_is_fenced_in_every_exclusive_mode(mode: AccessMode) -> None:
+def test_x4_stale_epoch_after_reload_is_fenced_in_every_exclusive_mode(
+    mode: ProducerAccessMode,
+) -> None:
     access: ProducerAccess[int] = ProducerAccess(topic_epoch=5)
     refused = rejected(access.request(1, "p1", mode, "c1", requested_topic_epoch=4))
     assert refused.code == "ProducerFenced"
@@ -436,7 +438,7 @@ class AccessMachine(RuleBasedStateMachine):
         super().__init__()
         self.access: ProducerAccess[int] = ProducerAccess()
         self.next_handle = 1
-        self.modes: dict[int, AccessMode] = {}
+        self.modes: dict[int, ProducerAccessMode] = {}
         self.requested: dict[int, int | None] = {}
         self.ever_published: set[int] = set()
         self.lost: set[int] = set()  # could publish once, cannot any more
@@ -463,7 +465,7 @@ class AccessMachine(RuleBasedStateMachine):
         self,
         name: str,
         connection: int,
-        mode: AccessMode,
+        mode: ProducerAccessMode,
         epoch_offset: int | None,
         peer_alive: bool,
     ) -> None:
@@ -491,12 +493,12 @@ class AccessMachine(RuleBasedStateMachine):
 
         if isinstance(decision, Admitted):
             assert self.access.may_publish(handle)
-            if requested is not None and mode is not AccessMode.Shared:
+            if requested is not None and mode is not ProducerAccessMode.Shared:
                 assert requested >= self.last_epoch, "a stale epoch was admitted"
             for fenced in decision.fence + decision.failed_waiters:
                 assert self.access.is_fenced(fenced)
         elif isinstance(decision, Queued):
-            assert mode is AccessMode.WaitForExclusive
+            assert mode is ProducerAccessMode.WaitForExclusive
             assert self.access.is_waiting(handle)
         else:
             assert not self.access.may_publish(handle)
@@ -530,7 +532,7 @@ class AccessMachine(RuleBasedStateMachine):
 
     def _check_promotion(self, promotion: Promotion[int] | None) -> None:
         if promotion is not None:
-            assert self.modes[promotion.handle] is AccessMode.WaitForExclusive
+            assert self.modes[promotion.handle] is ProducerAccessMode.WaitForExclusive
             assert promotion.topic_epoch == self.access.topic_epoch
             assert self.access.may_publish(promotion.handle)
             for failed in promotion.failed_waiters:
@@ -548,7 +550,7 @@ class AccessMachine(RuleBasedStateMachine):
     @invariant()
     def single_writer(self) -> None:
         publishers = [h for h in range(1, self.next_handle) if self.access.may_publish(h)]
-        exclusive = [h for h in publishers if self.modes[h] is not AccessMode.Shared]
+        exclusive = [h for h in publishers if self.modes[h] is not ProducerAccessMode.Shared]
         assert len(exclusive) <= 1
         if exclusive:
             assert publishers == exclusive, "shared producers next to an exclusive one"

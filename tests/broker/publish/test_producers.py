@@ -20,16 +20,16 @@ from pathlib import Path
 import pytest
 
 from broker.errors import BrokerError, PersistenceError, ProducerBusy, ProducerFenced
-from broker.publish.producer_access import AccessMode
 from broker.publish.producers import TOPIC_EPOCH_PROPERTY, Producer, ProducerRegistry
 from broker.publish.write_barrier import WriteBarrier
 from broker.storage import Ledger, LedgerConfig, OsFileLayer
 from broker.storage.ledger_meta_file import METADATA_FILE_NAME
+from protocol.enums import ProducerAccessMode
 
-SHARED = AccessMode.Shared
-EXCLUSIVE = AccessMode.Exclusive
-WAIT = AccessMode.WaitForExclusive
-FENCING = AccessMode.ExclusiveWithFencing
+SHARED = ProducerAccessMode.Shared
+EXCLUSIVE = ProducerAccessMode.Exclusive
+WAIT = ProducerAccessMode.WaitForExclusive
+FENCING = ProducerAccessMode.ExclusiveWithFencing
 
 
 class MetaGate(OsFileLayer):
@@ -110,7 +110,7 @@ def ledger(tmp_path: Path, gate: MetaGate) -> Iterator[Ledger]:
         opened.close()
 
 
-def producer(name: str, mode: AccessMode, sink: RecordingSink | None = None) -> Producer:
+def producer(name: str, mode: ProducerAccessMode, sink: RecordingSink | None = None) -> Producer:
     sink = sink or RecordingSink()
     return Producer(
         producer_id=0, name=name, mode=mode, sink=sink, connection_key=sink, request_id=1
@@ -141,7 +141,7 @@ async def settle() -> None:
 
 @pytest.mark.parametrize("mode", [EXCLUSIVE, WAIT, FENCING])
 async def test_epoch_is_on_disk_before_the_producer_is_admitted(
-    ledger: Ledger, gate: MetaGate, tmp_path: Path, mode: AccessMode
+    ledger: Ledger, gate: MetaGate, tmp_path: Path, mode: ProducerAccessMode
 ) -> None:
     registry = ProducerRegistry(ledger, WriteBarrier())
     p1 = producer("p1", mode)
@@ -325,7 +325,7 @@ async def test_promotion_survives_cancellation_of_the_remover(
 
 @pytest.mark.parametrize("mode", [EXCLUSIVE, WAIT, FENCING])
 async def test_failed_epoch_write_withdraws_the_producer(
-    ledger: Ledger, gate: MetaGate, tmp_path: Path, mode: AccessMode
+    ledger: Ledger, gate: MetaGate, tmp_path: Path, mode: ProducerAccessMode
 ) -> None:
     registry = ProducerRegistry(ledger, WriteBarrier())
     p1 = producer("p1", mode)
@@ -452,7 +452,9 @@ async def test_writes_dropped_by_a_failed_flush_do_not_block_the_grant(tmp_path:
 
 
 @pytest.mark.parametrize("mode", [SHARED, EXCLUSIVE, WAIT])
-async def test_same_name_on_a_dead_connection_is_evicted(ledger: Ledger, mode: AccessMode) -> None:
+async def test_same_name_on_a_dead_connection_is_evicted(
+    ledger: Ledger, mode: ProducerAccessMode
+) -> None:
     registry = ProducerRegistry(ledger, WriteBarrier())
     old = producer("app", mode, RecordingSink(alive=False))
     assert await registry.add(old, None)
@@ -468,7 +470,7 @@ async def test_same_name_on_a_dead_connection_is_evicted(ledger: Ledger, mode: A
     ("mode", "error"), [(SHARED, ProducerBusy), (EXCLUSIVE, ProducerFenced), (WAIT, None)]
 )
 async def test_same_name_on_a_live_connection_is_kept(
-    ledger: Ledger, mode: AccessMode, error: type[BrokerError] | None
+    ledger: Ledger, mode: ProducerAccessMode, error: type[BrokerError] | None
 ) -> None:
     registry = ProducerRegistry(ledger, WriteBarrier())
     old = producer("app", mode, RecordingSink(alive=True))

@@ -14,10 +14,10 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.errors import BrokerError, ServiceNotReady
-from broker.publish.producer_access import AccessMode
 from broker.publish.producers import Producer
 from broker.storage import Ledger, LedgerConfig
 from broker.topics.topic import Topic
+from protocol.enums import ProducerAccessMode
 from protocol.topic_name import TopicName
 
 TOPIC = TopicName.parse("persistent://public/default/closing")
@@ -49,7 +49,7 @@ async def open_topic(directory: Path) -> Topic:
     return Topic(TOPIC, ledger, BrokerConfig(journal_max_group_wait_msec=0), dedup=None)
 
 
-def producer(name: str, mode: AccessMode, sink: RecordingSink) -> Producer:
+def producer(name: str, mode: ProducerAccessMode, sink: RecordingSink) -> Producer:
     return Producer(
         producer_id=1, name=name, mode=mode, sink=sink, connection_key=object(), request_id=1
     )
@@ -58,8 +58,8 @@ def producer(name: str, mode: AccessMode, sink: RecordingSink) -> Producer:
 async def test_a_holder_leaving_a_closed_topic_promotes_no_waiter(tmp_path: Path) -> None:
     topic = await open_topic(tmp_path / "topic")
     holder_sink, waiter_sink = RecordingSink(), RecordingSink()
-    holder = producer("holder", AccessMode.Exclusive, holder_sink)
-    waiter = producer("waiter", AccessMode.WaitForExclusive, waiter_sink)
+    holder = producer("holder", ProducerAccessMode.Exclusive, holder_sink)
+    waiter = producer("waiter", ProducerAccessMode.WaitForExclusive, waiter_sink)
     assert await topic.add_producer(holder, None)
     assert not await topic.add_producer(waiter, None)  # queued behind the holder
 
@@ -86,7 +86,7 @@ async def test_close_right_after_a_publish_returns(tmp_path: Path) -> None:
     the close after flushing, or the unload (which holds the topic's load lock) hangs."""
     topic = await open_topic(tmp_path / "topic")
     sink = RecordingSink()
-    writer = producer("writer", AccessMode.Shared, sink)
+    writer = producer("writer", ProducerAccessMode.Shared, sink)
     assert await topic.add_producer(writer, None)
     durable = topic.publish(writer, 0, 0, b"\x00\x00\x00\x00entry")
     async with asyncio.timeout(5):  # close() in this task: it runs before the loop wakes

@@ -32,13 +32,13 @@ from broker.publish.dedup_snapshot import (
     exact_batch_highest_sequence_id,
     recover_dedup,
 )
-from broker.publish.producer_access import AccessMode
 from broker.publish.producers import Producer
 from broker.service import BrokerService
 from broker.storage import InitialPosition, Ledger, LedgerConfig, Position
 from broker.topics.topic import Topic
 from protocol import pb
 from protocol.batch import SingleMessage, encode_batch
+from protocol.enums import ProducerAccessMode
 from protocol.metadata import encode_entry, parse_entry_metadata
 from protocol.topic_name import TopicName
 from tests.broker.storage.faults import FaultyLayer
@@ -128,7 +128,7 @@ async def connect(topic: Topic, name: str) -> Producer:
     producer = Producer(
         producer_id=1,
         name=name,
-        mode=AccessMode.Shared,
+        mode=ProducerAccessMode.Shared,
         sink=Sink(),
         connection_key=object(),
         request_id=1,
