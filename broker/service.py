@@ -29,7 +29,9 @@ from broker.cluster.service import ClusterService
 from broker.config import BrokerConfig
 from broker.connection.limits import ConnectionLimiter
 from broker.errors import ServiceNotReady, TopicNotFound
-from broker.metadata.stores import PartitionStore, PolicyStore, SchemaStore
+from broker.metadata.partitions import PartitionStore
+from broker.metadata.policies import PolicyStore
+from broker.metadata.schemas import SchemaStore
 from broker.publish.dedup import MessageDeduplication
 from broker.publish.dedup_snapshot import dedup_config_from, open_ledger_for_dedup, recover_dedup
 from broker.publish.idempotency_snapshot import recover_window, window_config_for

@@ -24,7 +24,7 @@ from broker.admin.common import (
     service_of,
     topic_in_namespace,
 )
-from broker.metadata.stores import IDEMPOTENCY_WINDOW
+from broker.metadata.policies import IDEMPOTENCY_WINDOW
 from broker.publish.idempotency_snapshot import window_config_for
 
 if TYPE_CHECKING:

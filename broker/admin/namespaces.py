@@ -35,7 +35,7 @@ from broker.admin.topics import (
     namespace_topics,
     retention_body,
 )
-from broker.metadata.stores import (
+from broker.metadata.policies import (
     AUTO_TOPIC_CREATION,
     COMPACTION_THRESHOLD,
     MESSAGE_TTL,

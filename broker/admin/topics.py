@@ -28,7 +28,7 @@ from broker.admin.common import (
 )
 from broker.blocking import run_blocking
 from broker.errors import TopicDamaged
-from broker.metadata.stores import MESSAGE_TTL, RETENTION
+from broker.metadata.policies import MESSAGE_TTL, RETENTION
 from broker.storage import OsFileLayer
 from broker.storage.files import ensure_directory
 from protocol.topic_name import NamespaceName, TopicName

@@ -1,7 +1,7 @@
 """The authorization metadata: tenants' ``TenantInfo`` and namespaces' permissions, persisted.
 
 Kept in ``<dataDir>/metadata/auth_policies.json`` (atomic rewrite, as the other metadata
-documents in ``broker/metadata/stores.py``): ``tenants`` maps a tenant to Pulsar's
+documents in ``broker/metadata/``): ``tenants`` maps a tenant to Pulsar's
 ``TenantInfo`` (``adminRoles``, ``allowedClusters``), ``namespaces`` maps ``tenant/ns`` to
 ``auth_policies.namespace_auth`` (role -> sorted actions). Deleting a tenant or a namespace
 forgets its entry, so a namespace created again later does not inherit old grants.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from broker.metadata.stores import _JsonDocument
+from broker.metadata.document import JsonDocument
 
 __all__ = ["ACTIONS", "AuthPolicyStore"]
 
@@ -24,7 +24,7 @@ class AuthPolicyStore:
     """Tenant admin roles and namespace permissions (changes are durable when awaited)."""
 
     def __init__(self, directory: Path) -> None:
-        self._doc = _JsonDocument(directory / "auth_policies.json")
+        self._doc = JsonDocument(directory / "auth_policies.json")
         loaded = self._doc.load()
         self._tenants: dict[str, dict[str, list[str]]] = {
             k: {

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from broker.config import BrokerConfig
-from broker.metadata.stores import IDEMPOTENCY_WINDOW, PolicyStore
+from broker.metadata.policies import IDEMPOTENCY_WINDOW, PolicyStore
 from broker.publish.idempotency_keys import entry_keys
 from broker.publish.idempotency_window import IDEMPOTENCY_CURSOR, IdempotencyWindow, WindowConfig
 from broker.storage import InitialPosition, Ledger, Position

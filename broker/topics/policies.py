@@ -25,12 +25,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from broker.config import BrokerConfig
-from broker.metadata.stores import (
+from broker.metadata.partitions import PartitionStore
+from broker.metadata.policies import (
     AUTO_TOPIC_CREATION,
     COMPACTION_THRESHOLD,
     MESSAGE_TTL,
     RETENTION,
-    PartitionStore,
     PolicyStore,
 )
 from protocol.topic_name import PERSISTENT, TopicName

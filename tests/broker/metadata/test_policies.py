@@ -1,5 +1,5 @@
-"""broker.metadata.stores: tenants, namespace/topic policies and partitioned topics survive a
-reopen (the broker restarting), and documents written before they existed still load."""
+"""broker.metadata (policies, partitions): tenants, namespace/topic policies and partitioned topics
+survive a reopen (the broker restarting), and documents written before they existed still load."""
 
 from __future__ import annotations
 
@@ -8,13 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.metadata.stores import (
-    AUTO_TOPIC_CREATION,
-    MESSAGE_TTL,
-    RETENTION,
-    PartitionStore,
-    PolicyStore,
-)
+from broker.metadata.partitions import PartitionStore
+from broker.metadata.policies import AUTO_TOPIC_CREATION, MESSAGE_TTL, RETENTION, PolicyStore
 
 
 async def test_tenants_and_policies_survive_a_reopen(tmp_path: Path) -> None:

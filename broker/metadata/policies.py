@@ -1,39 +1,21 @@
-"""Broker-level metadata kept on local disk: namespaces, policies and schemas.
+"""``PolicyStore``: namespaces, tenants and their policies, kept on local disk.
 
-Standalone Pulsar keeps these in its metadata store; Magnetar keeps one small JSON document per
-concern under ``<dataDir>/metadata/``, each rewritten atomically (temp + fsync + rename + dir
-fsync) by ``broker.storage.files.atomic_write``, so a crash leaves the old or the new version.
-
-Changes apply to the in-memory state at once, on the event loop (so reads never see a document
-half-updated by another thread); the write itself runs in a disk thread (``broker/blocking.py``)
-and the mutating methods are coroutines that return once the change is durable. Each write
-carries a snapshot taken on the loop with a version number, and a disk thread never writes an
-older version over a newer one, so concurrent changes can finish in any order.
-
-* ``PolicyStore``: known namespaces (``public/default`` always exists, as in standalone Pulsar)
-  and the PIP-6 deduplication policy at namespace and topic level. Resolution order: topic
-  policy, then namespace policy, then the broker flag ``brokerDeduplicationEnabled``.
-  It also keeps the tenants (``public`` and ``pulsar`` exist out of the box), and the namespace
-  and topic policies the admin API sets: retention, ``allowAutoTopicCreation`` and message TTL
-  (stored under Pulsar's JSON field names, resolved topic > namespace > broker config).
-* ``PartitionStore``: partitioned topics and their partition counts (Pulsar's
-  ``PartitionedTopicMetadata``); each partition is an ordinary topic named ``<topic>-partition-N``.
-* ``SchemaStore``: the schemas producers declare (``Schema`` protobuf bytes, opaque here), one
-  version list per topic; versions are 8-byte big-endian integers on the wire.
+Standalone Pulsar keeps these in its metadata store; Magnetar keeps them in one JSON document
+(``broker/metadata/document.py``). Known namespaces: ``public/default`` always exists, as in
+standalone Pulsar; the PIP-6 deduplication policy at namespace and topic level resolves topic
+policy, then namespace policy, then the broker flag ``brokerDeduplicationEnabled``. It also keeps
+the tenants (``public`` and ``pulsar`` exist out of the box), and the namespace and topic policies
+the admin API sets: retention, ``allowAutoTopicCreation``, message TTL, compaction threshold and
+the idempotency window (stored under Pulsar's JSON field names; ``broker/topics/policies.py``
+resolves them topic > namespace > broker config).
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import json
-import struct
-import threading
 from pathlib import Path
 from typing import Any
 
-from broker.blocking import run_blocking
-from broker.storage.files import OsFileLayer, atomic_write
+from broker.metadata.document import JsonDocument
 from protocol.topic_name import NamespaceName
 
 DEFAULT_NAMESPACES = ("public/default", "public/functions", "pulsar/system")
@@ -53,52 +35,13 @@ POLICY_KEYS = (
     COMPACTION_THRESHOLD,
     IDEMPOTENCY_WINDOW,
 )
-_VERSION = struct.Struct(">q")
-
-
-class _JsonDocument:
-    """One JSON file and the versions of it written so far (see the module docstring)."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._layer = OsFileLayer()
-        self._lock = threading.Lock()
-        self._version = 0  # snapshots taken (event loop)
-        self._durable = 0  # newest snapshot on disk (disk threads, under the lock)
-
-    def load(self) -> dict[str, Any]:
-        try:
-            data = self._path.read_bytes()
-        except FileNotFoundError:
-            return {}
-        loaded: dict[str, Any] = json.loads(data)
-        return loaded
-
-    @property
-    def saved(self) -> bool:
-        """Whether the last snapshot taken is durable."""
-        return self._durable >= self._version
-
-    async def save(self, document: dict[str, Any]) -> None:
-        """Write ``document`` as it is now; return once it, or a newer version, is durable."""
-        self._version += 1
-        payload = json.dumps(document, sort_keys=True, indent=1).encode()
-        await run_blocking(self._write, self._version, payload)
-
-    def _write(self, version: int, payload: bytes) -> None:
-        with self._lock:
-            if version <= self._durable:
-                return  # a newer snapshot, which includes this change, is already durable
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self._layer, self._path, payload)
-            self._durable = version
 
 
 class PolicyStore:
     """Tenants, namespaces and their policies, persisted."""
 
     def __init__(self, directory: Path) -> None:
-        self._doc = _JsonDocument(directory / "policies.json")
+        self._doc = JsonDocument(directory / "policies.json")
         loaded = self._doc.load()
         self.namespaces: set[str] = set(loaded.get("namespaces", DEFAULT_NAMESPACES))
         # Documents written before tenants were stored: the tenants of the namespaces.
@@ -230,69 +173,3 @@ def _set_policy(table: dict[str, dict[str, Any]], owner: str, key: str, value: A
             table.pop(owner, None)
     else:
         table.setdefault(owner, {})[key] = value
-
-
-class PartitionStore:
-    """Partitioned topics (full name without suffix) and their partition counts, persisted."""
-
-    def __init__(self, directory: Path) -> None:
-        self._doc = _JsonDocument(directory / "partitioned-topics.json")
-        self._partitions: dict[str, int] = {k: int(v) for k, v in self._doc.load().items()}
-        #: Held by the admin API across a create/grow/delete, which awaits between reading the
-        #: count and storing the new one: two growths must not interleave into a shrink.
-        self.changing = asyncio.Lock()
-
-    def partitions(self, topic: str) -> int:
-        """The partition count of ``topic``, 0 if it is not a partitioned topic."""
-        return self._partitions.get(topic, 0)
-
-    def topics_of(self, namespace: str) -> list[str]:
-        prefix = f"persistent://{namespace}/"
-        return sorted(t for t in self._partitions if t.startswith(prefix))
-
-    async def set(self, topic: str, partitions: int) -> None:
-        """Create or grow ``topic``; durable on return."""
-        if partitions <= 0:
-            raise ValueError(f"a partitioned topic needs at least one partition, not {partitions}")
-        self._partitions[topic] = partitions
-        await self._doc.save(self._partitions)
-
-    async def delete(self, topic: str) -> None:
-        if self._partitions.pop(topic, None) is not None:
-            await self._doc.save(self._partitions)
-
-
-class SchemaStore:
-    """Schemas declared by producers: topic -> list of serialized ``Schema`` versions."""
-
-    def __init__(self, directory: Path) -> None:
-        self._doc = _JsonDocument(directory / "schemas.json")
-        loaded = self._doc.load()
-        self._schemas: dict[str, list[str]] = {k: list(v) for k, v in loaded.items()}
-
-    async def put(self, topic: str, schema: bytes) -> bytes:
-        """Store ``schema`` (if new) and return its version, once that version is durable."""
-        encoded = base64.b64encode(schema).decode()
-        versions = self._schemas.setdefault(topic, [])
-        if encoded in versions:
-            if not self._doc.saved:  # maybe added by a put still writing: wait for it
-                await self._doc.save(self._schemas)
-            return _VERSION.pack(versions.index(encoded))
-        versions.append(encoded)
-        await self._doc.save(self._schemas)
-        return _VERSION.pack(len(versions) - 1)
-
-    def get(self, topic: str, version: bytes | None) -> tuple[bytes, bytes] | None:
-        versions = self._schemas.get(topic)
-        if not versions:
-            return None
-        index = len(versions) - 1
-        if version:
-            index = _VERSION.unpack(version.rjust(8, b"\0")[-8:])[0]
-            if not 0 <= index < len(versions):
-                return None
-        return base64.b64decode(versions[index]), _VERSION.pack(index)
-
-    async def delete(self, topic: str) -> None:
-        if self._schemas.pop(topic, None) is not None:
-            await self._doc.save(self._schemas)

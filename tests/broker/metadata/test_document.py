@@ -1,5 +1,5 @@
-"""broker.metadata.stores: what the stores accept, and how they write: durable before the coroutine
-returns, written off the event loop."""
+"""broker.metadata (document, policies, schemas): what the stores accept, and how they write:
+durable before the coroutine returns, written off the event loop."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
-from broker.metadata import stores
-from broker.metadata.stores import PolicyStore, SchemaStore, _JsonDocument
+from broker.metadata import document
+from broker.metadata.document import JsonDocument
+from broker.metadata.policies import PolicyStore
+from broker.metadata.schemas import SchemaStore
 from protocol.topic_name import InvalidTopicNameError
 
 
@@ -52,8 +54,8 @@ class WriteGate:
 
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[WriteGate]:
-    wrapped = WriteGate(stores.atomic_write)
-    monkeypatch.setattr(stores, "atomic_write", wrapped)
+    wrapped = WriteGate(document.atomic_write)
+    monkeypatch.setattr(document, "atomic_write", wrapped)
     yield wrapped
     wrapped.opened.set()
 
@@ -103,7 +105,7 @@ async def test_the_loop_serves_on_while_a_write_waits_for_the_disk(
 
 def test_an_older_snapshot_never_overwrites_a_newer_one(tmp_path: Path) -> None:
     """Snapshots are written by several disk threads and may finish in any order."""
-    document = _JsonDocument(tmp_path / "doc.json")
+    document = JsonDocument(tmp_path / "doc.json")
     document._write(2, b'{"newer": true}')
     document._write(1, b'{"older": true}')
     assert document.load() == {"newer": True}
