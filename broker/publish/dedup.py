@@ -53,25 +53,30 @@ Decisions that differ from the Java broker (each one is on the side of never los
   (``straddling_batches``) so an operator sees when it happens. A batch entirely at or below
   the mark is a duplicate; one overlapping ids still in flight is UNKNOWN, as in Java.
 * `last_sequence_id` answers the *pushed* mark, as Java does (see there for why).
-* Chunked messages (PIP-37): every chunk carries the message's sequence id. Java checks only
-  the last chunk and stores every other chunk unconditionally, so a client that resends a whole
-  chunked message (its receipts were lost in a crash) gets its leading chunks stored twice. We
-  also track, per name, the progress ``(sequence_id, chunk_id)`` of the one chunked message in
-  flight (pushed and persisted, like the marks, and kept in snapshots under reserved keys): a
-  chunk at or below the persisted progress is a DUP, one below the pushed progress UNKNOWN, and
-  the message's sequence id enters the marks only with its last chunk, as in Java. A resend is
-  thus stored once, chunk by chunk, whatever part of it was durable before.
+* Chunked messages (PIP-37): every chunk carries the message's sequence id, and Java stores all
+  but the last chunk unconditionally; we track the progress of the chunked message in flight so
+  that a resend is stored once (``broker.publish.dedup_chunks``).
+
+The vocabulary (verdict, states, config) is in ``broker.publish.dedup_types``, the snapshot's
+map in ``broker.publish.dedup_marks``; all of it is importable from here.
 """
 
 from __future__ import annotations
 
-import enum
-import itertools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, TypeVar
 
+from broker.publish.dedup_chunks import ChunkedMessages
+from broker.publish.dedup_marks import decode_marks, encode_marks
+from broker.publish.dedup_types import (
+    NO_SEQUENCE_ID,
+    DedupConfig,
+    DedupResult,
+    DedupState,
+    DedupStateError,
+    ReplayRecord,
+)
 from protocol.send_identity import highest_sequence_id as highest_sequence_id_of
 
 __all__ = [
@@ -87,68 +92,10 @@ __all__ = [
 P = TypeVar("P")
 """The ledger position type (``broker.storage.Position``); only compared for equality here."""
 
-ReplayRecord = tuple[str, int, int]
-"""``(producer_name, sequence_id, highest_sequence_id)`` of one stored entry, in log order."""
-
-NO_SEQUENCE_ID = -1
-"""What PRODUCER_SUCCESS.last_sequence_id carries for a name the topic knows nothing about."""
-
-ChunkProgress = tuple[int, int]
-"""``(sequence_id, chunk_id)`` of the last chunk of an unfinished chunked message."""
-
-# Snapshot keys holding a name's chunk progress. Producer names are protobuf strings and never
-# start with NUL, so these cannot collide with a name.
-_CHUNK_SEQ_KEY = "\x00chunk-seq\x00"
-_CHUNK_ID_KEY = "\x00chunk-id\x00"
-
-
-class DedupResult(enum.Enum):
-    """Verdict of `MessageDeduplication.check` (Java's ``MessageDupStatus``)."""
-
-    NOT_DUP = "not_dup"
-    """New: store the entry, then receipt it with its real position."""
-    DUP = "dup"
-    """Already stored: receipt with message id (-1, -1) and store nothing."""
-    UNKNOWN = "unknown"
-    """Overlaps ids still in flight: answer a retriable error so the client resends later."""
-
-
-class DedupState(enum.Enum):
-    RECOVERING = "recovering"
-    READY = "ready"
-
-
 # Module-level aliases: the hot path avoids an enum class attribute lookup per entry.
 _NOT_DUP = DedupResult.NOT_DUP
 _READY = DedupState.READY
 _BELOW_ANY_ID = NO_SEQUENCE_ID - 1
-
-
-class DedupStateError(RuntimeError):
-    """An operation was called in a lifecycle state that does not allow it (a topic bug)."""
-
-
-@dataclass(frozen=True, slots=True)
-class DedupConfig:
-    """Tuning knobs, named after the broker settings they come from."""
-
-    entries_interval: int = 1000
-    """brokerDeduplicationEntriesInterval: snapshot after this many persisted entries."""
-    snapshot_interval_s: float = 120.0
-    """brokerDeduplicationSnapshotIntervalSeconds: snapshot an idle-but-changed topic after
-    this long; 0 disables the time-based snapshot."""
-    max_number_of_producers: int = 10_000
-    """brokerDeduplicationMaxNumberOfProducers: names kept in one snapshot."""
-
-    def __post_init__(self) -> None:
-        if self.entries_interval < 1:
-            raise ValueError(f"entries_interval must be >= 1, got {self.entries_interval}")
-        if self.snapshot_interval_s < 0:
-            raise ValueError(f"snapshot_interval_s must be >= 0, got {self.snapshot_interval_s}")
-        if self.max_number_of_producers < 1:
-            raise ValueError(
-                f"max_number_of_producers must be >= 1, got {self.max_number_of_producers}"
-            )
 
 
 def batch_highest_sequence_id(
@@ -173,11 +120,8 @@ class MessageDeduplication(Generic[P]):
         # is persisted, so the snapshot bound can keep the most recently active producers
         # without a separate timestamp per name.
         self._persisted: dict[str, int] = {}
-        # Chunked messages in flight (module docstring): a name is here only while its chunked
-        # message is above its mark; the entry is dropped once the last chunk is pushed or
-        # persisted.
-        self._chunks_pushed: dict[str, ChunkProgress] = {}
-        self._chunks_persisted: dict[str, ChunkProgress] = {}
+        # Chunked messages in flight (module docstring).
+        self._chunks = ChunkedMessages()
         # Connection bookkeeping for the inactivity purge (Pulsar's inactiveProducers). A
         # count, not a flag, so two producers briefly sharing a name during a reconnect do not
         # let the first disconnect mark the name idle.
@@ -219,18 +163,8 @@ class MessageDeduplication(Generic[P]):
         """
         dedup: MessageDeduplication[P] = cls(config)
         dedup._state = DedupState.RECOVERING
-        chunk_seqs: dict[str, int] = {}
-        chunk_ids: dict[str, int] = {}
-        for key, value in snapshot.items():
-            if key.startswith(_CHUNK_SEQ_KEY):
-                chunk_seqs[key[len(_CHUNK_SEQ_KEY) :]] = value
-            elif key.startswith(_CHUNK_ID_KEY):
-                chunk_ids[key[len(_CHUNK_ID_KEY) :]] = value
-            else:
-                dedup._persisted[key] = value
-        for name, chunk_seq in chunk_seqs.items():
-            if name in chunk_ids:
-                dedup._chunks_persisted[name] = (chunk_seq, chunk_ids[name])
+        dedup._persisted, chunks = decode_marks(snapshot)
+        dedup._chunks.restore(chunks)
         dedup._last_persisted_position = snapshot_position
         dedup._last_snapshot_position = snapshot_position
         return dedup
@@ -257,10 +191,7 @@ class MessageDeduplication(Generic[P]):
         """Apply one stored chunk that is not the last of its message, in log order with
         `replay` (flush records buffered for `replay` first)."""
         self._require(DedupState.RECOVERING, "replay_chunk")
-        self._chunks_persisted[producer_name] = max(
-            self._chunks_persisted.get(producer_name, (NO_SEQUENCE_ID, NO_SEQUENCE_ID)),
-            (sequence_id, chunk_id),
-        )
+        self._chunks.replay(producer_name, sequence_id, chunk_id)
         self._replayed_entries += 1
 
     def note_unreadable_entry(self) -> None:
@@ -283,10 +214,7 @@ class MessageDeduplication(Generic[P]):
         self._require(DedupState.RECOVERING, "finish_recovery")
         self._recovery_seconds = elapsed_s
         self._pushed = dict(self._persisted)
-        for name, (chunk_seq, _chunk_id) in list(self._chunks_persisted.items()):
-            if chunk_seq <= self._persisted.get(name, NO_SEQUENCE_ID):
-                del self._chunks_persisted[name]  # its message was completed later in the log
-        self._chunks_pushed = dict(self._chunks_persisted)
+        self._chunks.finish_recovery(self._persisted)
         if last_position is not None:
             self._last_persisted_position = last_position
         self._persisted_entries = self._replayed_entries
@@ -372,35 +300,28 @@ class MessageDeduplication(Generic[P]):
     def check_chunk(
         self, producer_name: str, sequence_id: int, chunk_id: int, is_last: bool
     ) -> DedupResult:
-        """`check` for one chunk of a chunked message (module docstring, "Chunked messages").
+        """`check` for one chunk of a chunked message (``broker.publish.dedup_chunks``).
 
         * a sequence id at or below the pushed mark: the whole message was pushed already, so
           this is `check` of that id (DUP, or UNKNOWN while it is in flight).
-        * a chunk at or below the persisted progress of this message: DUP; at or below its
-          pushed progress only: UNKNOWN.
-        * otherwise NOT_DUP: a non-last chunk moves the pushed progress, the last chunk moves
-          the pushed mark to the message's id.
+        * otherwise the chunk is judged against the progress of its message
+          (`ChunkedMessages.check`); a new last chunk moves the pushed mark to the message's id.
         """
         if self._state is not _READY:
             self._require(DedupState.READY, "check_chunk")
         pushed = self._pushed.get(producer_name)
         if pushed is not None and sequence_id <= pushed:
             return self.check(producer_name, sequence_id, sequence_id)
-        progress = self._chunks_pushed.get(producer_name)
-        if progress is not None and progress[0] == sequence_id and chunk_id <= progress[1]:
-            done = self._chunks_persisted.get(producer_name)
-            if done is not None and done[0] == sequence_id and chunk_id <= done[1]:
-                self._duplicates += 1
-                return DedupResult.DUP
-            self._unknowns += 1
-            return DedupResult.UNKNOWN
-        if is_last:
-            self._chunks_pushed.pop(producer_name, None)
-            self._pushed[producer_name] = sequence_id
+        verdict = self._chunks.check(producer_name, sequence_id, chunk_id, is_last)
+        if verdict is _NOT_DUP:
+            if is_last:
+                self._pushed[producer_name] = sequence_id
+            self._accepted += 1
+        elif verdict is DedupResult.DUP:
+            self._duplicates += 1
         else:
-            self._chunks_pushed[producer_name] = (sequence_id, chunk_id)
-        self._accepted += 1
-        return _NOT_DUP
+            self._unknowns += 1
+        return verdict
 
     def on_chunk_persisted(
         self, producer_name: str, sequence_id: int, chunk_id: int, position: P
@@ -410,11 +331,7 @@ class MessageDeduplication(Generic[P]):
         The last chunk is reported with `on_persisted`, like any complete entry."""
         if self._state is not _READY:
             self._require(DedupState.READY, "on_chunk_persisted")
-        progress = (sequence_id, chunk_id)
-        if self._chunks_persisted.get(producer_name, (NO_SEQUENCE_ID, 0)) < progress:
-            self._chunks_persisted[producer_name] = progress
-        if self._chunks_pushed.get(producer_name, (NO_SEQUENCE_ID, 0)) < progress:
-            self._chunks_pushed[producer_name] = progress
+        self._chunks.on_persisted(producer_name, sequence_id, chunk_id)
         self._last_persisted_position = position
         self._persisted_entries += 1
 
@@ -435,11 +352,9 @@ class MessageDeduplication(Generic[P]):
         pushed = self._pushed
         if pushed.get(producer_name, _BELOW_ANY_ID) < highest_sequence_id:
             pushed[producer_name] = highest_sequence_id
-        for chunks in (self._chunks_persisted, self._chunks_pushed):
-            if chunks:
-                chunked = chunks.get(producer_name)
-                if chunked is not None and chunked[0] <= highest_sequence_id:
-                    del chunks[producer_name]  # that chunked message is complete (or abandoned)
+        chunks = self._chunks
+        if chunks.persisted or chunks.pushed:
+            chunks.on_message_persisted(producer_name, highest_sequence_id)
         self._last_persisted_position = position
         self._persisted_entries += 1
 
@@ -453,7 +368,7 @@ class MessageDeduplication(Generic[P]):
         """
         self._require(DedupState.READY, "on_write_failed")
         self._pushed = dict(self._persisted)
-        self._chunks_pushed = dict(self._chunks_persisted)
+        self._chunks.on_write_failed()
         self._write_failures += 1
 
     def last_sequence_id(self, producer_name: str) -> int:
@@ -535,18 +450,9 @@ class MessageDeduplication(Generic[P]):
         if position is None:
             raise DedupStateError("snapshot() before any entry was persisted")
         self._pending_snapshot = (position, self._persisted_entries)
-        bound = self._config.max_number_of_producers
-        if len(self._persisted) <= bound:
-            marks = dict(self._persisted)
-        else:
-            newest_first = list(itertools.islice(reversed(self._persisted.items()), bound))
-            newest_first.reverse()
-            marks = dict(newest_first)
-        for name, (chunk_seq, chunk_id) in self._chunks_persisted.items():
-            if name in marks or len(marks) < bound:
-                marks[_CHUNK_SEQ_KEY + name] = chunk_seq
-                marks[_CHUNK_ID_KEY + name] = chunk_id
-        return marks
+        return encode_marks(
+            self._persisted, self._chunks.persisted, self._config.max_number_of_producers
+        )
 
     def on_snapshot_taken(self, position: P, now: float) -> None:
         """The snapshot from the latest `snapshot()` call is durable at ``position``.
@@ -595,8 +501,7 @@ class MessageDeduplication(Generic[P]):
             del self._inactive_since[name]
             self._pushed.pop(name, None)
             self._persisted.pop(name, None)
-            self._chunks_pushed.pop(name, None)
-            self._chunks_persisted.pop(name, None)
+            self._chunks.forget(name)
         self._purged += len(expired)
         return expired
 
@@ -611,8 +516,7 @@ class MessageDeduplication(Generic[P]):
         self._state = DedupState.READY
         self._pushed = {}
         self._persisted = {}
-        self._chunks_pushed = {}
-        self._chunks_persisted = {}
+        self._chunks = ChunkedMessages()
         self._inactive_since = {}
         self._reset_bookkeeping()
 
@@ -625,7 +529,7 @@ class MessageDeduplication(Generic[P]):
                 self._pushed if self._state is DedupState.READY else self._persisted
             ),
             "connected_producers": len(self._connections),
-            "chunked_messages_in_flight": len(self._chunks_pushed),
+            "chunked_messages_in_flight": len(self._chunks.pushed),
             "inactive_producers": len(self._inactive_since),
             "accepted": self._accepted,
             "duplicates_dropped": self._duplicates,
