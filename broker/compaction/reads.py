@@ -29,7 +29,7 @@ from typing import Protocol
 from broker.blocking import run_blocking, submit_blocking
 from broker.compaction.compactor import TopicCompaction
 from broker.dispatch.entry_loader import Entries
-from broker.dispatch.subscription import EntrySource
+from broker.dispatch.entry_source import EntrySource
 from broker.storage import Position
 from broker.storage.compacted_view import CompactedView
 from protocol.errors import RemoteProtocolError

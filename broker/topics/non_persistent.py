@@ -10,8 +10,8 @@ subscription types, GET_LAST_MESSAGE_ID) over a ``MemoryLog`` instead of a ledge
   buffer: what consumers that are a little behind can still get); older ones are gone, so a
   consumer too slow to keep up skips them (Pulsar counts them as ``msgDropRate``). Nothing
   touches the disk; properties (the PIP-68 epoch) live as long as the topic is loaded.
-* ``NonPersistentSubscription`` acknowledges an entry the moment it is sent: a consumer that
-  disconnects gets nothing redelivered, and no other consumer gets it again (at most once).
+* Every subscription is ``at_most_once``: it acknowledges an entry the moment it is sent, so a
+  consumer that disconnects gets nothing redelivered, and no other consumer gets it again.
 * Every subscription is in memory and starts at the end whatever the initial position.
 
 Non-persistent topics are never partitioned here, have no compaction, no dedup, no admin REST
@@ -202,17 +202,6 @@ class MemoryLog:
         return []
 
 
-class NonPersistentSubscription(Subscription):
-    """A subscription that forgets what it sent: at most once, never redelivered."""
-
-    def _deliver(self, position: Position, entry: bytes, *, from_replay: bool) -> bool:
-        delivered = super()._deliver(position, entry, from_replay=from_replay)
-        if delivered and not self.cursor.is_deleted(position):
-            self.cursor.delete([position])
-            self._forget(position)
-        return delivered
-
-
 class NonPersistentTopic(Topic):
     """A ``non-persistent://`` topic: ``Topic`` over a ``MemoryLog`` (module docstring)."""
 
@@ -272,13 +261,14 @@ class NonPersistentTopic(Topic):
             return existing
         end = self.ledger.next_position(self.last_confirmed_position())
         cursor = self.ledger.new_non_durable_cursor(end)
-        sub = NonPersistentSubscription(
+        sub = Subscription(
             name,
             cursor,
             self,
             self._loop,
             self._limits,
             durable=False,
+            at_most_once=True,
             on_empty=self._drop_non_durable,
         )
         self.subscriptions[name] = sub

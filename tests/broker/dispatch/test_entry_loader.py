@@ -1,4 +1,4 @@
-"""Dispatch never waits for the disk (broker.dispatch.entry_loader, Subscription rule 6).
+"""Dispatch never waits for the disk (broker.dispatch.entry_loader, dispatcher rule 2).
 
 A real ledger holds the entries; ``GatedSource`` decides which of them count as cached and keeps
 every disk read pending until the test completes (or fails) it, the way a slow read in a disk
@@ -17,9 +17,10 @@ import pytest
 
 from broker.dispatch.consumer import Consumer
 from broker.dispatch.entry_loader import ON_DISK, RETRY_DELAY_S, EntryLoader
-from broker.dispatch.subscription import DispatchLimits, Subscription, SubType
+from broker.dispatch.subscription import DispatchLimits, Subscription
 from broker.storage import InitialPosition, Ledger, LedgerConfig, Position
-from tests.broker.dispatch.test_subscription import FakeSink, LedgerSource, ManualScheduler, _Handle
+from protocol.enums import SubType
+from tests.broker.dispatch.harness import FakeSink, Handle, LedgerSource, ManualScheduler
 from tests.broker.storage.faults import InlineExecutor, NoSyncLayer
 
 Entries = list[tuple[Position, bytes]]
@@ -67,7 +68,7 @@ class DelayScheduler(ManualScheduler):
         super().__init__()
         self.delays: list[float] = []
 
-    def call_later(self, delay: float, callback: Callable[[], None]) -> _Handle:
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Handle:
         self.delays.append(delay)
         return super().call_later(delay, callback)
 
@@ -190,7 +191,8 @@ def test_a_failed_read_is_logged_and_retried_and_nothing_is_skipped(
 
 
 def test_redelivered_cold_entries_go_out_before_newer_cached_ones(world: World) -> None:
-    """Exclusive order (rule 2): the replay waits for its disk read; nothing overtakes it."""
+    """Exclusive order (dispatcher rule 1): the replay waits for its disk read; nothing
+    overtakes it."""
     world.source.cached = set(world.positions[:10])
     consumer = world.consumer(permits=10)
     assert world.sent() == world.positions[:10]

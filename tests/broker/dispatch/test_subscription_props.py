@@ -37,9 +37,9 @@ from hypothesis.stateful import (
 )
 
 from broker.dispatch.consumer import Consumer
-from broker.dispatch.subscription import SubType
 from broker.storage import LedgerConfig, Position
-from tests.broker.dispatch.test_subscription import FakeSink, Harness, clearing, indexes_of
+from protocol.enums import SubType
+from tests.broker.dispatch.harness import FakeSink, Harness, clearing, indexes_of
 
 INITIAL_PERMITS = 3
 sizes = st.integers(min_value=1, max_value=130)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from broker.dispatch.subscription import unacked_indexes
+from broker.dispatch.acknowledgements import unacked_indexes
 from broker.publish.idempotency_keys import entry_keys
 from broker.publish.idempotency_snapshot import decode_snapshot, encode_snapshot
 from broker.publish.idempotency_window import (

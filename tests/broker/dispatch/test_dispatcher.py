@@ -1,0 +1,137 @@
+"""The dispatch loop (broker.dispatch.dispatcher): what goes out with which PIP-54 ack set and
+redelivery count, and the permit and unacked accounting (B4), through a subscription over a real
+ledger (``harness``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.dispatch.consumer import Consumer
+from broker.dispatch.subscription import Subscription
+from tests.broker.dispatch.harness import FakeSink, Harness, ack_set
+
+# --------------------------------------------------------------------------- dispatch with ack_set
+
+
+def test_partially_acked_batch_is_redelivered_with_its_ack_set_to_another_consumer(
+    world: Harness,
+) -> None:
+    (entry,) = world.publish(10)
+    first, first_sink = world.consumer(consumer_id=1)
+    assert [s.ack_set for s in first_sink.sent] == [None]
+    world.ack(entry, range(7))
+    world.sub.remove_consumer(first)
+    second, second_sink = world.consumer(consumer_id=2)
+    (redelivered,) = second_sink.sent
+    assert redelivered.position == entry
+    assert redelivered.ack_set == ack_set(10, {7, 8, 9})
+    assert redelivered.redelivery_count == 1
+    assert second.unacked_messages == 3
+
+
+def test_redelivery_after_negative_ack_carries_ack_set_and_count(world: Harness) -> None:
+    (entry,) = world.publish(4)
+    consumer, sink = world.consumer()
+    world.ack(entry, [0, 2])
+    world.sub.redeliver(consumer, [entry])
+    world.run()
+    assert [(s.ack_set, s.redelivery_count) for s in sink.sent] == [
+        (None, 0),
+        (ack_set(4, {1, 3}), 1),
+    ]
+
+
+def test_flag_off_does_not_send_ack_sets_held_from_an_earlier_run(tmp_path: Path) -> None:
+    directory = tmp_path / "topic"
+    world = Harness(directory)
+    (entry,) = world.publish(4)
+    world.consumer()
+    world.ack(entry, [0])
+    world.close()
+    world = Harness(directory, batch_index_ack=False)
+    try:
+        world.sizes[entry] = 4
+        _, sink = world.consumer()
+        assert [(s.position, s.ack_set) for s in sink.sent] == [(entry, None)]
+    finally:
+        world.close()
+
+
+# --------------------------------------------------------------------------- permits (B4)
+
+
+def consumer_stats(sub: Subscription, name: str) -> dict[str, object]:
+    consumers = sub.describe()["consumers"]
+    assert isinstance(consumers, list)
+    found = [c for c in consumers if c["consumerName"] == name]
+    assert len(found) == 1
+    result: dict[str, object] = found[0]
+    return result
+
+
+def _return_permits(world: Harness, consumer: Consumer, sink: FakeSink, start: int) -> None:
+    """What the C++ client does: one permit per index of every batch, skipped ones included."""
+    for sent in sink.sent[start:]:
+        world.sub.add_permits(consumer, world.sizes[sent.position])
+    world.run()
+
+
+@pytest.mark.parametrize("remaining", [3, 1])
+def test_partial_batch_redelivery_keeps_permits_and_unacked_balanced(
+    world: Harness, remaining: int
+) -> None:
+    """B4 (testPartialBatchRedeliveryKeepsSharedPermitBalance) with a queue of 1."""
+    (entry,) = world.publish(10)
+    first, first_sink = world.consumer(permits=1, consumer_id=1)
+    _return_permits(world, first, first_sink, 0)
+    world.ack(entry, range(10 - remaining))
+    world.sub.remove_consumer(first)
+    replacement, sink = world.consumer(permits=1, consumer_id=2)
+    (again,) = sink.sent
+    assert world.delivered(again) == set(range(10 - remaining, 10))
+    assert consumer_stats(world.sub, "c2")["unackedMessages"] == remaining
+    _return_permits(world, replacement, sink, 0)
+    acked = set(range(10 - remaining))
+    for index in range(10 - remaining, 10):
+        acked.add(index)
+        world.ack(entry, acked)
+    assert consumer_stats(world.sub, "c2")["availablePermits"] == 1
+    assert consumer_stats(world.sub, "c2")["unackedMessages"] == 0
+    (following,) = world.publish(1)
+    assert sink.sent[-1].position == following
+
+
+def test_java_style_client_is_charged_only_the_unacked_indexes(world: Harness) -> None:
+    (entry,) = world.publish(10)
+    first, _ = world.consumer(permits=10, consumer_id=1)
+    world.ack(entry, range(6))
+    world.sub.remove_consumer(first)
+    java, sink = world.consumer(permits=4, returns_permits_for_skipped=False, consumer_id=2)
+    assert len(sink.sent) == 1
+    assert java.permits == 0
+    assert java.unacked_messages == 4
+
+
+def test_delivery_does_not_stall_when_every_batch_is_partially_acked(world: Harness) -> None:
+    """Many partially acked batches, a queue of 2: all of them still reach the consumer."""
+    entries = world.publish(*[5] * 20)
+    helper, helper_sink = world.consumer(permits=1000, consumer_id=1)
+    for entry in entries:
+        world.ack(entry, [0, 2, 4])
+    world.sub.remove_consumer(helper)
+    consumer, sink = world.consumer(permits=2, consumer_id=2)
+    seen = 0
+    while seen < len(sink.sent):
+        for sent in sink.sent[seen:]:
+            assert world.delivered(sent) == {1, 3}
+            world.ack(sent.position)
+        seen_now = len(sink.sent)
+        _return_permits(world, consumer, sink, seen)
+        seen = seen_now
+    assert sorted(s.position for s in sink.sent) == entries
+    assert world.sub.backlog() == 0
+    assert consumer.unacked_messages == 0
+    assert consumer.permits == 2
+    assert len(helper_sink.sent) == 20
