@@ -42,9 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from broker.config import BrokerConfig
 from broker.publish.dedup import MessageDeduplication
 from broker.publish.dedup_snapshot import DEDUP_CURSOR, dedup_config_from, recover_dedup
-from broker.storage import InitialPosition, Ledger, LedgerConfig, Position
+from broker.storage import Ledger, LedgerConfig, Position
 from broker.topics.topic import ledger_config_from
 from protocol import pb
+from protocol.enums import InitialPosition
 from protocol.metadata import encode_entry
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -198,7 +199,7 @@ def build_ledger(directory: Path, entries: int, producers: int) -> dict[str, Any
     """
     config = LedgerConfig(sync_data=False, preallocate_bytes=0)
     ledger = Ledger.open(directory, config)
-    cursor = ledger.open_cursor(DEDUP_CURSOR, InitialPosition.EARLIEST)
+    cursor = ledger.open_cursor(DEDUP_CURSOR, InitialPosition.Earliest)
     names = [f"producer-{i}" for i in range(producers)]
     started = time.perf_counter()
     marks: dict[str, int] = {}
@@ -234,7 +235,7 @@ def drop_snapshot(directory: Path) -> None:
     config = LedgerConfig(sync_data=False, preallocate_bytes=0)
     ledger = Ledger.open(directory, config)
     ledger.delete_cursor(DEDUP_CURSOR)
-    ledger.open_cursor(DEDUP_CURSOR, InitialPosition.EARLIEST)
+    ledger.open_cursor(DEDUP_CURSOR, InitialPosition.Earliest)
     ledger.close()
 
 

@@ -34,10 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from broker.config import BrokerConfig, load_config
 from broker.publish.dedup_snapshot import DEDUP_CURSOR
 from broker.server import Broker
-from broker.storage import InitialPosition, Ledger
+from broker.storage import Ledger
 from broker.storage.paths import topic_directory
 from broker.topics.topic import ledger_config_from
 from protocol import pb
+from protocol.enums import InitialPosition
 from protocol.metadata import encode_entry
 from protocol.topic_name import TopicName
 
@@ -112,7 +113,7 @@ def prefill(data_dir: Path, total_bytes: int, entry_bytes: int) -> int:
             ledger.append(encode_entry(metadata, payload))
         ledger.flush()
     # Loading then replays nothing for dedup: the snapshot cursor sits at the end.
-    ledger.open_cursor(DEDUP_CURSOR, InitialPosition.LATEST)
+    ledger.open_cursor(DEDUP_CURSOR, InitialPosition.Latest)
     ledger.close()
     evict_from_page_cache(directory)
     return count

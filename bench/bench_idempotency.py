@@ -41,10 +41,10 @@ from broker.publish.idempotency_window import (
     pack_location,
 )
 from broker.publish.producers import Producer
-from broker.storage import InitialPosition, Ledger, LedgerConfig, Position, cursor_file
+from broker.storage import Ledger, LedgerConfig, Position, cursor_file
 from broker.topics.topic import Topic
 from protocol import pb
-from protocol.enums import ProducerAccessMode
+from protocol.enums import InitialPosition, ProducerAccessMode
 from protocol.metadata import encode_entry
 from protocol.topic_name import TopicName
 
@@ -107,7 +107,7 @@ def recovery(keys: int, replay: int) -> dict[str, float]:
         started = time.perf_counter()
         properties = encode_snapshot(records, {})
         encode_s = time.perf_counter() - started
-        cursor = ledger.open_cursor(IDEMPOTENCY_CURSOR, InitialPosition.LATEST)
+        cursor = ledger.open_cursor(IDEMPOTENCY_CURSOR, InitialPosition.Latest)
         cursor.mark_delete(last, properties=properties)
         started = time.perf_counter()
         cursor.persist()

@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 
 from broker.publish.dedup_snapshot import DEDUP_CURSOR
-from broker.storage import InitialPosition, Ledger, LedgerConfig
+from broker.storage import Ledger, LedgerConfig
 from broker.storage.paths import topic_directory
 from protocol._pb import PulsarApi_pb2 as pb
+from protocol.enums import InitialPosition
 from protocol.metadata import encode_entry
 from protocol.topic_name import TopicName
 
@@ -57,7 +58,7 @@ def add_dedup_cursor(directory: Path, entries: int, producers: int, snapshot: bo
     """The ``pulsar.dedup`` cursor: at the last entry with the snapshot, or at the start."""
     ledger = Ledger.open(directory, LedgerConfig(sync_data=True))
     try:
-        cursor = ledger.open_cursor(DEDUP_CURSOR, InitialPosition.EARLIEST)
+        cursor = ledger.open_cursor(DEDUP_CURSOR, InitialPosition.Earliest)
         if snapshot:
             last = ledger.last_confirmed_position
             assert last is not None

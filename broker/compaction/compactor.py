@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 from broker.blocking import run_blocking, run_to_completion
 from broker.errors import NotAllowed
-from broker.storage import InitialPosition, Ledger, Position
+from broker.storage import Ledger, Position
 from broker.storage.compacted_view import (
     GENERATION_PROPERTY,
     CompactedView,
@@ -52,6 +52,7 @@ from broker.storage.files import FileLayer
 from protocol.batch import split_batch
 from protocol.compression import decode as decompress
 from protocol.compression import encode as compress
+from protocol.enums import InitialPosition
 from protocol.errors import RemoteProtocolError
 from protocol.metadata import decode_entry, encode_entry
 from protocol.topic_name import TopicName
@@ -359,7 +360,7 @@ class TopicCompaction:
             ledger = topic.ledger
             cursor = ledger.cursors.get(COMPACTION_CURSOR)
             if cursor is None:
-                fresh = ledger.new_cursor(COMPACTION_CURSOR, InitialPosition.EARLIEST)
+                fresh = ledger.new_cursor(COMPACTION_CURSOR, InitialPosition.Earliest)
                 await run_to_completion(fresh.persist)
                 cursor = ledger.add_cursor(fresh)
             cursor.mark_delete(horizon, properties={GENERATION_PROPERTY: new.generation})

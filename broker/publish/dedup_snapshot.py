@@ -19,7 +19,6 @@ from broker.publish.dedup import DedupConfig, MessageDeduplication
 from broker.storage import (
     CorruptCursorError,
     FileLayer,
-    InitialPosition,
     Ledger,
     LedgerConfig,
     OsFileLayer,
@@ -27,6 +26,7 @@ from broker.storage import (
     cursor_file,
     quarantine_cursor_file,
 )
+from protocol.enums import InitialPosition
 from protocol.errors import RemoteProtocolError
 from protocol.metadata import parse_entry_metadata
 from protocol.send_identity import exact_batch_highest, of_metadata
@@ -62,7 +62,7 @@ def recover_dedup(
     (``open_ledger_for_dedup``), so the state is rebuilt from every entry the log still holds.
     """
     started = time.monotonic()
-    cursor = ledger.open_cursor(DEDUP_CURSOR, InitialPosition.LATEST)
+    cursor = ledger.open_cursor(DEDUP_CURSOR, InitialPosition.Latest)
     snapshot: dict[str, int] = dict(cursor.properties)
     snapshot_position: Position | None = cursor.mark_delete_position
     replay_from = ledger.next_position(cursor.mark_delete_position)

@@ -29,7 +29,8 @@ from broker.config import BrokerConfig
 from broker.metadata.policies import IDEMPOTENCY_WINDOW, PolicyStore
 from broker.publish.idempotency_keys import entry_keys
 from broker.publish.idempotency_window import IDEMPOTENCY_CURSOR, IdempotencyWindow, WindowConfig
-from broker.storage import InitialPosition, Ledger, Position
+from broker.storage import Ledger, Position
+from protocol.enums import InitialPosition
 from protocol.topic_name import TopicName
 
 __all__ = [
@@ -112,7 +113,7 @@ def recover_window(
 ) -> IdempotencyWindow:
     """Snapshot plus replay; creates (and persists) the cursor at the end when it is missing."""
     started = time.monotonic()
-    cursor = ledger.open_cursor(IDEMPOTENCY_CURSOR, InitialPosition.LATEST)
+    cursor = ledger.open_cursor(IDEMPOTENCY_CURSOR, InitialPosition.Latest)
     properties = cursor.properties
     snapshot_position: Position | None = cursor.mark_delete_position
     replay_from = ledger.next_position(cursor.mark_delete_position)

@@ -62,8 +62,9 @@ from broker.publish.publication import (
     notify_settled,
 )
 from broker.publish.write_barrier import WriteBarrier
-from broker.storage import InitialPosition, Ledger, Position, StorageError
+from broker.storage import Ledger, Position, StorageError
 from broker.topics.stats import TopicStats
+from protocol.enums import InitialPosition
 from protocol.metadata import ChunkInfo
 from protocol.topic_name import TopicName
 
@@ -421,7 +422,7 @@ class Publisher:
                 # Positioned and tracking from the same loop step, so dedup and the cursor
                 # cover the same entries; the file follows from a disk thread (a crash before
                 # it leaves no cursor: dedup then restarts afresh, as if never enabled).
-                cursor = ledger.add_cursor(ledger.new_cursor(DEDUP_CURSOR, InitialPosition.LATEST))
+                cursor = ledger.add_cursor(ledger.new_cursor(DEDUP_CURSOR, InitialPosition.Latest))
                 self.dedup = dedup
                 self.last_snapshot_wall_time = None
                 await run_to_completion(cursor.persist)

@@ -16,7 +16,7 @@ from broker.storage.errors import (
     StorageError,
 )
 from broker.storage.files import FileLayer, OsFileLayer
-from broker.storage.ledger import InitialPosition, Ledger
+from broker.storage.ledger import Ledger
 from broker.storage.position import Position
 from broker.storage.recovery import ScanResult, scan_valid_prefix
 
@@ -25,7 +25,6 @@ __all__ = [
     "CorruptLedgerError",
     "Cursor",
     "FileLayer",
-    "InitialPosition",
     "InvalidPositionError",
     "Ledger",
     "LedgerClosedError",

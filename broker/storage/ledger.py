@@ -29,7 +29,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor
-from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
 
@@ -57,13 +56,7 @@ from broker.storage.retention import trimmable_prefix
 from broker.storage.segment import Segment
 from broker.storage.segments import SegmentTable
 from broker.storage.writer import LedgerWriter
-
-
-class InitialPosition(Enum):
-    """Where a newly created durable cursor starts (Pulsar's ``InitialPosition``)."""
-
-    EARLIEST = "earliest"
-    LATEST = "latest"
+from protocol.enums import InitialPosition
 
 
 class Ledger:
@@ -363,7 +356,7 @@ class Ledger:
         return self._cursors.durable
 
     def open_cursor(
-        self, name: str, initial_position: InitialPosition = InitialPosition.LATEST
+        self, name: str, initial_position: InitialPosition = InitialPosition.Latest
     ) -> Cursor:
         """The durable cursor ``name``; created and persisted at ``initial_position`` if new
         (LATEST = after the last durable entry, EARLIEST = before the first stored one)."""
@@ -372,12 +365,12 @@ class Ledger:
         if existing is not None:
             return existing
         latest = self.last_confirmed_position
-        if initial_position is InitialPosition.EARLIEST or latest is None:
+        if initial_position is InitialPosition.Earliest or latest is None:
             return self._cursors.create(name, self.before_first_position())
         return self._cursors.create(name, latest)
 
     def new_cursor(
-        self, name: str, initial_position: InitialPosition = InitialPosition.LATEST
+        self, name: str, initial_position: InitialPosition = InitialPosition.Latest
     ) -> Cursor:
         """`open_cursor` in two steps, so the file write can leave the event loop: a new durable
         cursor in memory (no I/O, positioned now), to `Cursor.persist` (a disk operation) and
@@ -386,7 +379,7 @@ class Ledger:
         if self._cursors.get(name) is not None:
             raise ValueError(f"cursor {name!r} already exists")
         latest = self.last_confirmed_position
-        if initial_position is InitialPosition.EARLIEST or latest is None:
+        if initial_position is InitialPosition.Earliest or latest is None:
             return self._cursors.new(name, self.before_first_position())
         return self._cursors.new(name, latest)
 

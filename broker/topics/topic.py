@@ -42,17 +42,10 @@ from broker.publish.publication import PublishOutcome, Settled
 from broker.publish.publisher import Publisher
 from broker.publish.write_barrier import WriteBarrier
 from broker.rates import RateMeter
-from broker.storage import (
-    Cursor,
-    InitialPosition,
-    Ledger,
-    LedgerConfig,
-    OsFileLayer,
-    Position,
-    StorageError,
-)
+from broker.storage import Cursor, Ledger, LedgerConfig, OsFileLayer, Position, StorageError
 from broker.topics.positions import first_read_position, last_confirmed_position
 from broker.topics.stats import TopicStats
+from protocol.enums import InitialPosition
 from protocol.errors import RemoteProtocolError
 from protocol.ids import MessageId
 from protocol.metadata import ChunkInfo, EntryMetadata, parse_entry_metadata
@@ -422,7 +415,7 @@ class Topic:
                 return existing
             found = self.ledger.cursors.get(name)
             if found is None:
-                initial = InitialPosition.EARLIEST if initial_earliest else InitialPosition.LATEST
+                initial = InitialPosition.Earliest if initial_earliest else InitialPosition.Latest
                 fresh = self.ledger.new_cursor(name, initial)
                 await run_to_completion(fresh.persist)
                 found = self.ledger.add_cursor(fresh)

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from broker.dispatch.consumer import Consumer
 from broker.dispatch.subscription import DispatchLimits, Subscription
-from broker.storage import InitialPosition, Ledger, LedgerConfig, Position
+from broker.storage import Ledger, LedgerConfig, Position
 from broker.storage.cursor_file import decode_cursor_state
 from broker.storage.cursor_registry import CURSOR_DIR, cursor_file_stem
 from broker.storage.files import read_file
-from protocol.enums import SubType
+from protocol.enums import InitialPosition, SubType
 from protocol.metadata import EntryMetadata
 from tests.broker.storage.faults import InlineExecutor, NoSyncLayer
 
@@ -185,7 +185,7 @@ class Harness:
         self.ledger = Ledger.open(
             self.directory, self.config, file_layer=NoSyncLayer(), preallocator=InlineExecutor()
         )
-        cursor = self.ledger.open_cursor(SUB, InitialPosition.EARLIEST)
+        cursor = self.ledger.open_cursor(SUB, InitialPosition.Earliest)
         source = LedgerSource(self.ledger, self.scheduler)
         self.sub = Subscription(SUB, cursor, source, self.scheduler, self.limits)
 

@@ -18,8 +18,8 @@ import pytest
 from broker.dispatch.consumer import Consumer
 from broker.dispatch.entry_loader import ON_DISK, RETRY_DELAY_S, EntryLoader
 from broker.dispatch.subscription import DispatchLimits, Subscription
-from broker.storage import InitialPosition, Ledger, LedgerConfig, Position
-from protocol.enums import SubType
+from broker.storage import Ledger, LedgerConfig, Position
+from protocol.enums import InitialPosition, SubType
 from tests.broker.dispatch.harness import FakeSink, Handle, LedgerSource, ManualScheduler
 from tests.broker.storage.faults import InlineExecutor, NoSyncLayer
 
@@ -85,7 +85,7 @@ class World:
         self.ledger.flush()
         self.scheduler = DelayScheduler()
         self.source = GatedSource(self.ledger, self.scheduler)
-        cursor = self.ledger.open_cursor("sub", InitialPosition.EARLIEST)
+        cursor = self.ledger.open_cursor("sub", InitialPosition.Earliest)
         self.sub = Subscription("sub", cursor, self.source, self.scheduler, DispatchLimits())
         self.sink = FakeSink()
 

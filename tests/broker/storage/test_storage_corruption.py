@@ -9,16 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.storage import (
-    CorruptCursorError,
-    CorruptLedgerError,
-    InitialPosition,
-    Ledger,
-    LedgerConfig,
-    Position,
-)
+from broker.storage import CorruptCursorError, CorruptLedgerError, Ledger, LedgerConfig, Position
 from broker.storage.recovery import RECORD_HEADER_SIZE
 from broker.storage.segment import HEADER_SIZE
+from protocol.enums import InitialPosition
 from tests.broker.storage.faults import InlineExecutor, NoSyncLayer, flip_bit
 
 CONFIG = LedgerConfig(max_entries_per_ledger=8, preallocate_bytes=2048)
@@ -37,7 +31,7 @@ def pristine(tmp_path: Path) -> tuple[Path, dict[Path, list[int]]]:
     for _ in range(30):
         ledger.append(rng.randbytes(rng.randint(1, 60)))
     ledger.flush()
-    cursor = ledger.open_cursor("sub", InitialPosition.EARLIEST)
+    cursor = ledger.open_cursor("sub", InitialPosition.Earliest)
     cursor.delete([Position(1, 3), Position(2, 1)])
     cursor.delete_batch_indexes(Position(1, 5), [0b1100])
     cursor.mark_delete(Position(1, 1), {"snapshot": 7})

@@ -14,7 +14,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from broker.storage import (
     CorruptCursorError,
     Cursor,
-    InitialPosition,
     InvalidPositionError,
     Ledger,
     LedgerClosedError,
@@ -23,6 +22,7 @@ from broker.storage import (
 )
 from broker.storage.cursor_file import decode_cursor_state
 from broker.storage.files import read_file
+from protocol.enums import InitialPosition
 from tests.broker.storage.faults import InlineExecutor, NoSyncLayer
 
 CONFIG = LedgerConfig(max_entries_per_ledger=4, preallocate_bytes=0)
@@ -43,7 +43,7 @@ def _filled(
 
 def test_new_cursor_positions(tmp_path: Path) -> None:
     ledger, positions = _filled(tmp_path / "t", 6)
-    earliest = ledger.open_cursor("a", InitialPosition.EARLIEST)
+    earliest = ledger.open_cursor("a", InitialPosition.Earliest)
     latest = ledger.open_cursor("b")
     assert earliest.mark_delete_position == Position(1, -1)
     assert earliest.read_position == positions[0]
@@ -57,7 +57,7 @@ def test_new_cursor_positions(tmp_path: Path) -> None:
 
 def test_individual_acks_advance_mark_delete_only_when_the_gap_closes(tmp_path: Path) -> None:
     ledger, p = _filled(tmp_path / "t", 10)  # ledgers 1 (0..3), 2 (0..3), 3 (0..1)
-    cursor = ledger.open_cursor("c", InitialPosition.EARLIEST)
+    cursor = ledger.open_cursor("c", InitialPosition.Earliest)
     cursor.delete([p[1], p[2], p[3], p[4], p[6]])
     assert cursor.mark_delete_position == Position(1, -1)
     assert cursor.backlog() == 5
@@ -73,7 +73,7 @@ def test_individual_acks_advance_mark_delete_only_when_the_gap_closes(tmp_path: 
 
 def test_mark_delete_rules(tmp_path: Path) -> None:
     ledger, p = _filled(tmp_path / "t", 6)
-    cursor = ledger.open_cursor("c", InitialPosition.EARLIEST)
+    cursor = ledger.open_cursor("c", InitialPosition.Earliest)
     cursor.delete([p[3]])
     cursor.mark_delete(p[2], {"seq": 5})
     assert cursor.mark_delete_position == p[3]  # joined the deleted range after it
@@ -94,7 +94,7 @@ def test_mark_delete_rules(tmp_path: Path) -> None:
 
 def test_batch_index_acks_and_never_roll_back(tmp_path: Path) -> None:
     ledger, p = _filled(tmp_path / "t", 3)
-    cursor = ledger.open_cursor("c", InitialPosition.EARLIEST)
+    cursor = ledger.open_cursor("c", InitialPosition.Earliest)
     cursor.delete_batch_indexes(p[1], [0b1110])  # index 0 acked
     cursor.delete_batch_indexes(p[1], [0b1101])  # index 1 acked
     assert cursor.batch_ack_set(p[1]) == [0b1100]
@@ -117,7 +117,7 @@ def test_batch_index_acks_and_never_roll_back(tmp_path: Path) -> None:
 
 def test_read_entries_skips_deleted_and_seek_rewind_reset(tmp_path: Path) -> None:
     ledger, p = _filled(tmp_path / "t", 8)
-    cursor = ledger.open_cursor("c", InitialPosition.EARLIEST)
+    cursor = ledger.open_cursor("c", InitialPosition.Earliest)
     cursor.delete([p[1], p[2]])
     got = cursor.read_entries(3, 1 << 20)
     assert [pos for pos, _ in got] == [p[0], p[3], p[4]]
@@ -139,7 +139,7 @@ def test_read_entries_skips_deleted_and_seek_rewind_reset(tmp_path: Path) -> Non
 
 def test_persist_restores_exactly_and_maybe_persist_is_rate_limited(tmp_path: Path) -> None:
     ledger, p = _filled(tmp_path / "t", 10)
-    cursor = ledger.open_cursor("c", InitialPosition.EARLIEST)
+    cursor = ledger.open_cursor("c", InitialPosition.Earliest)
     assert not cursor.dirty
     cursor.mark_delete(p[1], {"producer-a": 41})
     cursor.delete([p[3], p[5], p[6]])
@@ -161,7 +161,7 @@ def test_persist_restores_exactly_and_maybe_persist_is_rate_limited(tmp_path: Pa
 
 def test_unpersisted_state_is_lost_on_crash_but_close_persists(tmp_path: Path) -> None:
     ledger, p = _filled(tmp_path / "t", 5)
-    cursor = ledger.open_cursor("c", InitialPosition.EARLIEST)
+    cursor = ledger.open_cursor("c", InitialPosition.Earliest)
     cursor.mark_delete(p[2])
     ledger._abandon()
     reopened = _open(tmp_path / "t")
@@ -181,7 +181,7 @@ def test_persisted_state_is_bounded(tmp_path: Path) -> None:
         max_batch_deleted_index_to_persist=1,
     )
     ledger, p = _filled(tmp_path / "t", 20, config)
-    cursor = ledger.open_cursor("c", InitialPosition.EARLIEST)
+    cursor = ledger.open_cursor("c", InitialPosition.Earliest)
     cursor.delete([p[2], p[4], p[6]])
     cursor.delete_batch_indexes(p[10], [0b10])
     cursor.delete_batch_indexes(p[11], [0b10])
@@ -251,7 +251,7 @@ def test_cursor_beyond_the_recovered_end_is_clamped(tmp_path: Path) -> None:
     ledger, p = _filled(
         tmp_path / "t", 3, LedgerConfig(max_entries_per_ledger=100, preallocate_bytes=0)
     )
-    cursor = ledger.open_cursor("pulsar.dedup", InitialPosition.EARLIEST)
+    cursor = ledger.open_cursor("pulsar.dedup", InitialPosition.Earliest)
     cursor.mark_delete(p[2], {"producer": 9})
     cursor.persist()
     (segment,) = ledger.segment_paths()
@@ -289,7 +289,7 @@ class CursorModel(RuleBasedStateMachine):
         self.ledger = _open(self.root)
         self.positions = [self.ledger.append(bytes([i])) for i in range(6)]
         self.ledger.flush()
-        self.cursor = self.ledger.open_cursor("c", InitialPosition.EARLIEST)
+        self.cursor = self.ledger.open_cursor("c", InitialPosition.Earliest)
         self.acked: set[int] = set()
         self.batch: dict[int, int] = {}
         self.props: dict[str, int] = {}

@@ -13,14 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.storage import (
-    InitialPosition,
-    Ledger,
-    LedgerConfig,
-    LedgerFlushError,
-    Position,
-)
+from broker.storage import Ledger, LedgerConfig, LedgerFlushError, Position
 from broker.storage.position import BEFORE_EVERYTHING
+from protocol.enums import InitialPosition
 from tests.broker.storage.faults import (
     FaultyLayer,
     InlineExecutor,
@@ -195,7 +190,7 @@ def _power_loss_run(directory: Path, rng: random.Random, sync_data: bool) -> tup
     try:
         ledger = Ledger.open(directory, config, file_layer=disk, preallocator=InlineExecutor())
         persisted_marks.append(ledger.before_first_position())  # attempted marks, in order
-        cursor = ledger.open_cursor("sub", InitialPosition.EARLIEST)
+        cursor = ledger.open_cursor("sub", InitialPosition.Earliest)
         for _ in range(rng.randint(1, 80)):
             roll = rng.random()
             if roll < 0.75:

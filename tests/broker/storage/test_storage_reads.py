@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.storage import InitialPosition, Ledger, LedgerConfig, Position
+from broker.storage import Ledger, LedgerConfig, Position
 from broker.storage.position import BEFORE_EVERYTHING
 from broker.storage.segment import Segment
+from protocol.enums import InitialPosition
 from tests.broker.storage.faults import InlineExecutor, NoSyncLayer
 
 
@@ -109,7 +110,7 @@ def test_reads_from_threads_while_the_loop_appends_flushes_and_trims(tmp_path: P
     appended: dict[Position, bytes] = {}
     rng = random.Random(9)
     ledger = _open(tmp_path / "t", config)
-    ledger.open_cursor("sub", InitialPosition.EARLIEST)
+    ledger.open_cursor("sub", InitialPosition.Earliest)
     for _ in range(2000):  # sealed segments whose index is built by the first read
         data = rng.randbytes(rng.randint(1, 120))
         appended[ledger.append(data)] = data
@@ -171,7 +172,7 @@ def test_a_segment_trimmed_while_a_reader_builds_its_index_is_skipped(
 ) -> None:
     config = LedgerConfig(max_entries_per_ledger=10, preallocate_bytes=0, retention_size_mb=0)
     ledger = _open(tmp_path / "t", config)
-    cursor = ledger.open_cursor("sub", InitialPosition.EARLIEST)
+    cursor = ledger.open_cursor("sub", InitialPosition.Earliest)
     positions = [ledger.append(bytes([i]) * 10) for i in range(30)]
     ledger.close()
     ledger = _open(tmp_path / "t", config)

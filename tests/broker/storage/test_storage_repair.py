@@ -10,13 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.storage import (
-    CorruptLedgerError,
-    InitialPosition,
-    Ledger,
-    LedgerConfig,
-    Position,
-)
+from broker.storage import CorruptLedgerError, Ledger, LedgerConfig, Position
 from broker.storage.files import segment_file_name
 from broker.storage.ledger_meta_file import (
     METADATA_FILE_NAME,
@@ -34,6 +28,7 @@ from broker.storage.repair import (
     plan_repair,
 )
 from broker.storage.segment import HEADER_SIZE
+from protocol.enums import InitialPosition
 from tests.broker.storage.faults import (
     InlineExecutor,
     NoSyncLayer,
@@ -74,8 +69,8 @@ def pristine(tmp_path: Path) -> tuple[Path, Entries]:
     for _ in range(30):
         ledger.append(rng.randbytes(rng.randint(1, 60)))
     ledger.flush()
-    ledger.open_cursor("late", InitialPosition.EARLIEST).mark_delete(Position(4, 2), {"k": 1})
-    ledger.open_cursor("early", InitialPosition.EARLIEST).mark_delete(Position(1, 1))
+    ledger.open_cursor("late", InitialPosition.Earliest).mark_delete(Position(4, 2), {"k": 1})
+    ledger.open_cursor("early", InitialPosition.Earliest).mark_delete(Position(1, 1))
     ledger.set_property("pulsar.topic_epoch", 3)
     entries = list(ledger.iter_entries(Position(0, -1)))
     ledger.close()

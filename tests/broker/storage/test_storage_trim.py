@@ -5,8 +5,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from broker.storage import InitialPosition, Ledger, LedgerConfig, Position
+from broker.storage import Ledger, LedgerConfig, Position
 from broker.storage.position import BEFORE_EVERYTHING
+from protocol.enums import InitialPosition
 from tests.broker.storage.faults import InlineExecutor, NoSyncLayer
 
 T0 = 1_000_000.0  # seconds; the ledger clock during writes
@@ -32,8 +33,8 @@ def _segment_ids(directory: Path) -> list[int]:
 def test_trim_waits_for_the_persisted_mark_delete_of_every_durable_cursor(tmp_path: Path) -> None:
     ledger = _open(tmp_path / "t")
     p = _fill(ledger, 10)  # ledgers 1,2,3 sealed when 4 starts; 4 active
-    slow = ledger.open_cursor("slow", InitialPosition.EARLIEST)
-    fast = ledger.open_cursor("fast", InitialPosition.EARLIEST)
+    slow = ledger.open_cursor("slow", InitialPosition.Earliest)
+    fast = ledger.open_cursor("fast", InitialPosition.Earliest)
     assert ledger.trim(now=T0) == 0
     fast.mark_delete(p[9])
     fast.persist()
@@ -130,7 +131,7 @@ def test_trim_survives_reopen_and_cursor_positions_stay_valid(tmp_path: Path) ->
     directory = tmp_path / "t"
     ledger = _open(directory)
     p = _fill(ledger, 8)
-    cursor = ledger.open_cursor("c", InitialPosition.EARLIEST)
+    cursor = ledger.open_cursor("c", InitialPosition.Earliest)
     cursor.mark_delete(p[5])
     ledger.close()
     reopened = _open(directory)

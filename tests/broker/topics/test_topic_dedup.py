@@ -34,11 +34,11 @@ from broker.publish.dedup_snapshot import (
 )
 from broker.publish.producers import Producer
 from broker.service import BrokerService
-from broker.storage import InitialPosition, Ledger, LedgerConfig, Position
+from broker.storage import Ledger, LedgerConfig, Position
 from broker.topics.topic import Topic
 from protocol import pb
 from protocol.batch import SingleMessage, encode_batch
-from protocol.enums import ProducerAccessMode
+from protocol.enums import InitialPosition, ProducerAccessMode
 from protocol.metadata import encode_entry, parse_entry_metadata
 from protocol.topic_name import TopicName
 from tests.broker.storage.faults import FaultyLayer
@@ -483,7 +483,7 @@ async def test_recovery_ignores_a_snapshot_ahead_of_the_log(tmp_path: Path) -> N
     entries that no longer exist: recovery replays the whole log instead."""
     directory = tmp_path / "t"
     ledger = await asyncio.to_thread(Ledger.open, directory, LEDGER_CONFIG)
-    cursor = ledger.open_cursor(DEDUP_CURSOR, InitialPosition.LATEST)
+    cursor = ledger.open_cursor(DEDUP_CURSOR, InitialPosition.Latest)
     first = ledger.append(entry("p1", 0))
     ledger.append(entry("p1", 1))
     ledger.flush()
