@@ -7,7 +7,7 @@ topic (fencing, WaitForExclusive promotion, liveness pings). It writes frames on
 Rules kept here:
 
 1. SEND never waits: its identity is decided once (``protocol.send_identity``), the request goes
-   to ``Topic.submit`` and the next frame is read at once.
+   to ``Publisher.submit`` (the topic's publish path) and the next frame is read at once.
 2. Receipts (or SEND_ERRORs) go out strictly in SEND order per producer, each only when its own
    request is settled: a duplicate's immediate ``-1:-1`` waits behind an earlier pending write.
    The topic tells the producer once per group commit; the settled prefix is then written in one
@@ -230,7 +230,7 @@ class ProducerEndpoint:
         outcome: PublishOutcome
         try:
             chunk = self._check_entry(frame, entry, num_messages)
-            outcome = state.topic.submit(
+            outcome = state.topic.publisher.submit(
                 state.producer, sequence_id, highest, entry, chunk, num_messages, state.on_settled
             )
         except ProducerFenced:

@@ -38,7 +38,7 @@ from broker.publish.dedup import DedupState, MessageDeduplication
 from broker.publish.dedup_snapshot import DEDUP_CURSOR
 from broker.publish.idempotency_window import IDEMPOTENCY_CURSOR, IdempotencyWindow
 from broker.publish.producers import Producer, ProducerRegistry
-from broker.publish.publication import PublishOutcome, Settled
+from broker.publish.publication import Settled
 from broker.publish.publisher import Publisher
 from broker.publish.write_barrier import WriteBarrier
 from broker.rates import RateMeter
@@ -156,22 +156,6 @@ class Topic:
     @idempotency.setter
     def idempotency(self, window: IdempotencyWindow | None) -> None:
         self.publisher.idempotency = window
-
-    def submit(
-        self,
-        producer: Producer,
-        sequence_id: int,
-        highest_sequence_id: int,
-        entry: bytes,
-        chunk: ChunkInfo | None,
-        num_messages: int,
-        on_settled: Callable[[], None] | None,
-    ) -> PublishOutcome:
-        """Accept one SEND (``Publisher.submit``): its outcome, settled now or by a group
-        commit, which calls ``on_settled`` once per group. Never awaits."""
-        return self.publisher.submit(
-            producer, sequence_id, highest_sequence_id, entry, chunk, num_messages, on_settled
-        )
 
     def publish(
         self,

@@ -1,4 +1,4 @@
-"""``Topic.submit`` answers each SEND with an outcome (a ``Publication`` settled in place, or a
+"""``Publisher.submit`` answers each SEND with an outcome (a ``Publication`` settled in place, or a
 ``Settled`` answer), each connection told once per group commit (so its receipts leave in one
 write), failures and duplicates included."""
 
@@ -37,7 +37,9 @@ class Settled:
 
 def submit(topic: Topic, settled: Settled, producer: Producer, seq: int) -> PublishOutcome:
     """One SEND of ``producer`` with sequence id ``seq`` (its entry names both)."""
-    outcome = topic.submit(producer, seq, seq, entry(producer.name, seq), None, 1, settled)
+    outcome = topic.publisher.submit(
+        producer, seq, seq, entry(producer.name, seq), None, 1, settled
+    )
     settled.requests.append(outcome)
     return outcome
 
