@@ -8,7 +8,7 @@ Pulsar service through the sans-I/O ``protocol`` package. Names follow the offic
 
 from client.auth import AuthenticationBasic, AuthenticationTLS, AuthenticationToken
 from client.client import AsyncClient
-from client.consumer import AsyncConsumer, ConsumerType
+from client.consumer import AsyncConsumer, ConsumerType, RegexSubscriptionMode
 from client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterPolicy
 from client.effectively_once import AsyncEffectivelyOnceReader, EffectivelyOnceReader
 from client.errors import (
@@ -63,7 +63,7 @@ from client.errors import (
 )
 from client.message import Message
 from client.message_id import MessageId
-from client.multi_topic import AsyncMultiTopicConsumer, RegexSubscriptionMode
+from client.multi_topic import AsyncMultiTopicConsumer
 from client.producer import AsyncProducer
 from client.reader import AsyncReader
 from client.sync import Client, Consumer, Producer, Reader

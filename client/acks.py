@@ -16,10 +16,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["BatchAcks", "EntryKey", "ack_set_words", "unacked_indexes"]
+from client.message_id import MessageId
+from protocol.ids import MessageId as WireMessageId
+
+__all__ = ["BatchAcks", "EntryKey", "ack_set_words", "entry_key", "unacked_indexes", "wire_entry"]
 
 EntryKey = tuple[int, int]
 """(ledger id, entry id) of an entry."""
+
+
+def entry_key(message_id: MessageId | WireMessageId) -> EntryKey:
+    """The entry a message id points into."""
+    if isinstance(message_id, MessageId):
+        return (message_id.ledger_id(), message_id.entry_id())
+    return (message_id.ledger_id, message_id.entry_id)
+
+
+def wire_entry(key: EntryKey) -> WireMessageId:
+    """The protocol id of a whole entry (what ACK and REDELIVER take)."""
+    return WireMessageId(key[0], key[1])
 
 
 def ack_set_words(indexes: Iterable[int], batch_size: int) -> list[int]:

@@ -16,15 +16,20 @@ import functools
 import itertools
 import os
 import re
-from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, overload
+from typing import Any
 
 from client.auth import Authentication
 from client.config import ClientConfig
 from client.connection import Connection
 from client.connection_pool import ConnectionPool
-from client.consumer import AsyncConsumer, ConsumerConfig, PayloadSchema
+from client.consumer import (
+    AsyncConsumer,
+    ConsumerConfig,
+    PayloadSchema,
+    ReaderOptions,
+    SubscribeOptions,
+)
 from client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterSender
 from client.errors import (
     AlreadyClosed,
@@ -33,27 +38,22 @@ from client.errors import (
     InvalidTopicName,
     OperationNotSupported,
 )
-from client.lookup import new_lookup
+from client.lookup import Lookup, LookupService
 from client.message_id import MessageId
-from client.multi_topic import AsyncMultiTopicConsumer, RegexSubscriptionMode
+from client.multi_topic import AsyncMultiTopicConsumer
 from client.partitioned_producer import AsyncPartitionedProducer
 from client.process import current_pid
-from client.producer import AsyncProducer, PayloadEncoder, ProducerConfig
+from client.producer import AsyncProducer, ProducerConfig, ProducerOptions
 from client.reader import AsyncMultiTopicReader, AsyncReader
-from client.routing import MessageRouter, PartitionsRoutingMode, new_router
+from client.routing import new_router
 from client.service_url import ServiceUrl
+from client.signatures import takes
 from client.table_view import AsyncTableView
 from client.tls import client_ssl_context
 from protocol import InvalidTopicNameError, TopicName
-from protocol.enums import (
-    CompressionType,
-    InitialPosition,
-    ProducerAccessMode,
-    SubType,
-    TopicListMode,
-)
+from protocol.enums import TopicListMode
 
-__all__ = ["AsyncClient"]
+__all__ = ["AsyncClient", "new_lookup"]
 
 #: Options of the official ``pulsar.Client`` that tune its C++ core; accepted and ignored.
 _CORE_TUNING_OPTIONS = frozenset(
@@ -163,40 +163,16 @@ class AsyncClient:
 
     # --- producers ----------------------------------------------------------------------
 
+    @takes(ProducerOptions)
     async def create_producer(
-        self,
-        topic: str,
-        producer_name: str | None = None,
-        schema: PayloadEncoder | None = None,
-        initial_sequence_id: int | None = None,
-        send_timeout_millis: int = 30_000,
-        compression_type: CompressionType | int = CompressionType.NONE,
-        max_pending_messages: int = 1000,
-        max_pending_messages_across_partitions: int = 50_000,
-        block_if_queue_full: bool = False,
-        batching_enabled: bool = False,
-        batching_max_messages: int = 1000,
-        batching_max_allowed_size_in_bytes: int = 128 * 1024,
-        batching_max_publish_delay_ms: int = 10,
-        chunking_enabled: bool = False,
-        message_routing_mode: PartitionsRoutingMode | int = (
-            PartitionsRoutingMode.RoundRobinDistribution
-        ),
-        lazy_start_partitioned_producers: bool = False,
-        properties: Mapping[str, str] | None = None,
-        batching_type: object = None,
-        encryption_key: str | None = None,
-        crypto_key_reader: object = None,
-        access_mode: ProducerAccessMode | int = ProducerAccessMode.Shared,
-        message_router: MessageRouter | None = None,
+        self, options: ProducerOptions
     ) -> AsyncProducer | AsyncPartitionedProducer:
-        """Create a producer (the official ``create_producer`` arguments, same order).
+        """Create a producer (the official ``create_producer`` arguments, same order: see
+        ``ProducerOptions``).
 
         A partitioned topic gets an ``AsyncPartitionedProducer`` (see
         ``client.partitioned_producer``), routed by ``message_routing_mode`` /
-        ``message_router`` (see ``client.routing``). ``lazy_start_partitioned_producers`` and
-        ``batching_type`` are accepted and ignored (every partition's producer starts at once;
-        batches are not grouped by key).
+        ``message_router`` (see ``client.routing``).
 
         Raises:
             InvalidTopicName: the topic name is not valid.
@@ -204,36 +180,21 @@ class AsyncClient:
             Timeout, ProducerBusy, ProducerFenced, TopicNotFound, ...: creation failed.
         """
         self._check_open()
-        if encryption_key is not None or crypto_key_reader is not None:
+        if options.encryption_key is not None or options.crypto_key_reader is not None:
             raise OperationNotSupported("end-to-end encryption is not supported yet")
-        full_name = _full_topic_name(topic)
-        config = ProducerConfig(
-            producer_name=producer_name,
-            initial_sequence_id=initial_sequence_id,
-            send_timeout_millis=send_timeout_millis,
-            access_mode=ProducerAccessMode(int(access_mode)),
-            max_pending_messages=max_pending_messages,
-            block_if_queue_full=block_if_queue_full,
-            properties=dict(properties or {}),
-            batching_enabled=batching_enabled,
-            batching_max_messages=batching_max_messages,
-            batching_max_allowed_size_in_bytes=batching_max_allowed_size_in_bytes,
-            batching_max_publish_delay_ms=batching_max_publish_delay_ms,
-            compression_type=CompressionType(int(compression_type)),
-            chunking_enabled=chunking_enabled,
-            schema=schema,
-        )
+        full_name = _full_topic_name(options.topic)
+        config = options.producer_config()
         partitions = await self._lookup.partitioned_metadata(full_name)
         if partitions == 0:
             return await self._start_producer(full_name, config)
         router = new_router(
-            message_routing_mode,
-            message_router,
+            options.message_routing_mode,
+            options.message_router,
             full_name,
-            batching_enabled=batching_enabled,
-            max_batch_messages=batching_max_messages,
-            max_batch_bytes=batching_max_allowed_size_in_bytes,
-            max_batch_delay_ms=batching_max_publish_delay_ms,
+            batching_enabled=options.batching_enabled,
+            max_batch_messages=options.batching_max_messages,
+            max_batch_bytes=options.batching_max_allowed_size_in_bytes,
+            max_batch_delay_ms=options.batching_max_publish_delay_ms,
         )
         partitioned = AsyncPartitionedProducer(
             full_name,
@@ -242,7 +203,7 @@ class AsyncClient:
             router,
             self._start_producer,
             self._lookup.partitioned_metadata,
-            max_pending_across_partitions=max_pending_messages_across_partitions,
+            max_pending_across_partitions=options.max_pending_messages_across_partitions,
             update_interval=self.config.partitions_update_interval,
         )
         self._composites.add(partitioned)
@@ -265,89 +226,21 @@ class AsyncClient:
 
     # --- consumers and readers ----------------------------------------------------------
 
-    @overload
-    async def subscribe(
-        self,
-        topic: str,
-        subscription_name: str,
-        consumer_type: SubType | int = ...,
-        schema: PayloadSchema | None = ...,
-        receiver_queue_size: int = ...,
-        consumer_name: str | None = ...,
-        unacked_messages_timeout_ms: int = ...,
-        negative_ack_redelivery_delay_ms: int = ...,
-        properties: Mapping[str, str] | None = ...,
-        initial_position: InitialPosition | int = ...,
-        batch_index_ack_enabled: bool = ...,
-        dead_letter_policy: ConsumerDeadLetterPolicy | None = ...,
-        pattern_auto_discovery_period: float = 60,
-        is_read_compacted: bool = ...,
-        regex_subscription_mode: RegexSubscriptionMode | int = ...,
-    ) -> AsyncConsumer: ...
+    @takes(SubscribeOptions)
+    async def subscribe(self, options: SubscribeOptions) -> AsyncConsumer | AsyncMultiTopicConsumer:
+        """Subscribe (the official ``subscribe`` names, same order: see ``SubscribeOptions``;
+        keyword use advised).
 
-    @overload
-    async def subscribe(
-        self,
-        topic: list[str] | re.Pattern[str],
-        subscription_name: str,
-        consumer_type: SubType | int = ...,
-        schema: PayloadSchema | None = ...,
-        receiver_queue_size: int = ...,
-        consumer_name: str | None = ...,
-        unacked_messages_timeout_ms: int = ...,
-        negative_ack_redelivery_delay_ms: int = ...,
-        properties: Mapping[str, str] | None = ...,
-        initial_position: InitialPosition | int = ...,
-        batch_index_ack_enabled: bool = ...,
-        dead_letter_policy: ConsumerDeadLetterPolicy | None = ...,
-        pattern_auto_discovery_period: float = 60,
-        is_read_compacted: bool = ...,
-        regex_subscription_mode: RegexSubscriptionMode | int = ...,
-    ) -> AsyncMultiTopicConsumer: ...
-
-    async def subscribe(
-        self,
-        topic: str | list[str] | re.Pattern[str],
-        subscription_name: str,
-        consumer_type: SubType | int = SubType.Exclusive,
-        schema: PayloadSchema | None = None,
-        receiver_queue_size: int = 1000,
-        consumer_name: str | None = None,
-        unacked_messages_timeout_ms: int = 0,
-        negative_ack_redelivery_delay_ms: int = 60_000,
-        properties: Mapping[str, str] | None = None,
-        initial_position: InitialPosition | int = InitialPosition.Latest,
-        batch_index_ack_enabled: bool = False,
-        dead_letter_policy: ConsumerDeadLetterPolicy | None = None,
-        pattern_auto_discovery_period: float = 60,
-        is_read_compacted: bool = False,
-        regex_subscription_mode: RegexSubscriptionMode | int = RegexSubscriptionMode.PersistentOnly,
-    ) -> AsyncConsumer | AsyncMultiTopicConsumer:
-        """Subscribe (the official ``subscribe`` names; keyword use advised).
-
-        ``topic``: one topic; a list of topics, or a compiled ``re.Pattern`` of full topic
-        names in one namespace (re-checked every ``pattern_auto_discovery_period`` seconds),
-        both giving an ``AsyncMultiTopicConsumer`` (see ``client.multi_topic``).
-        ``dead_letter_policy``: see ``client.dead_letter`` (Shared and Key_Shared only).
-        A partitioned topic gives an ``AsyncMultiTopicConsumer`` over its partitions.
+        One topic gives an ``AsyncConsumer``; a list of topics, a pattern or a partitioned
+        topic an ``AsyncMultiTopicConsumer`` (see ``client.multi_topic``).
 
         Raises:
             InvalidTopicName, OperationNotSupported, ConsumerBusy, Timeout, ...
         """
         self._check_open()
-        config = ConsumerConfig(
-            subscription_name=subscription_name,
-            consumer_type=SubType(int(consumer_type)),
-            initial_position=InitialPosition(int(initial_position)),
-            receiver_queue_size=receiver_queue_size,
-            consumer_name=consumer_name,
-            properties=dict(properties or {}),
-            schema=schema,
-            batch_index_ack_enabled=batch_index_ack_enabled,
-            negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
-            unacked_messages_timeout_ms=unacked_messages_timeout_ms,
-            read_compacted=is_read_compacted,
-        )
+        config = options.consumer_config()
+        dead_letter_policy = options.dead_letter_policy
+        topic = options.topic
         name: str | None = None
         if isinstance(topic, str):
             name = _full_topic_name(topic)
@@ -358,16 +251,16 @@ class AsyncClient:
             functools.partial(
                 self._start_consumer, config=config, dead_letter_policy=dead_letter_policy
             ),
-            subscription_name,
-            receiver_queue_size,
+            options.subscription_name,
+            options.receiver_queue_size,
             topics=[_full_topic_name(t) for t in topic] if isinstance(topic, list) else None,
             pattern=topic if isinstance(topic, re.Pattern) else None,
             list_topics=functools.partial(
                 self.get_topics_of_namespace,
-                mode=TopicListMode(int(regex_subscription_mode)),
+                mode=TopicListMode(int(options.regex_subscription_mode)),
             ),
             expand=self.get_topic_partitions,
-            discovery_period=pattern_auto_discovery_period
+            discovery_period=options.pattern_auto_discovery_period
             if isinstance(topic, re.Pattern)
             else self.config.partitions_update_interval,
             name=name,
@@ -383,17 +276,10 @@ class AsyncClient:
             raise
         return multi
 
-    async def create_reader(
-        self,
-        topic: str,
-        start_message_id: MessageId,
-        reader_name: str | None = None,
-        schema: PayloadSchema | None = None,
-        receiver_queue_size: int = 1000,
-        start_message_id_inclusive: bool = False,
-        is_read_compacted: bool = False,
-    ) -> AsyncReader | AsyncMultiTopicReader:
-        """A reader from ``start_message_id`` (``MessageId.earliest``/``latest`` or an id).
+    @takes(ReaderOptions)
+    async def create_reader(self, options: ReaderOptions) -> AsyncReader | AsyncMultiTopicReader:
+        """A reader from ``start_message_id`` (``MessageId.earliest``/``latest`` or an id; the
+        official ``create_reader`` arguments, same order: see ``ReaderOptions``).
 
         On a partitioned topic the reader reads every partition (an ``AsyncMultiTopicReader``)
         and, as in the Java client, starts from ``earliest`` or ``latest`` only; to start one
@@ -403,17 +289,9 @@ class AsyncClient:
             InvalidConfiguration: another start id on a partitioned topic.
         """
         self._check_open()
-        config = ConsumerConfig(
-            subscription_name=f"reader-{os.urandom(5).hex()}",
-            consumer_name=reader_name,
-            receiver_queue_size=receiver_queue_size,
-            schema=schema,
-            durable=False,
-            start_message_id=start_message_id,
-            start_message_id_inclusive=start_message_id_inclusive,
-            read_compacted=is_read_compacted,
-        )
-        full_name = _full_topic_name(topic)
+        config = options.consumer_config(f"reader-{os.urandom(5).hex()}")
+        start_message_id = options.start_message_id
+        full_name = _full_topic_name(options.topic)
         if await self._lookup.partitioned_metadata(full_name) == 0:
             return AsyncReader(await self._start_consumer(full_name, config))
         if start_message_id not in (MessageId.earliest, MessageId.latest):
@@ -424,7 +302,7 @@ class AsyncClient:
         multi = AsyncMultiTopicConsumer(
             functools.partial(self._start_consumer, config=config),
             config.subscription_name,
-            receiver_queue_size,
+            options.receiver_queue_size,
             topics=[full_name],
             expand=self.get_topic_partitions,
             discovery_period=self.config.partitions_update_interval,
@@ -533,6 +411,15 @@ class AsyncClient:
             )
         if self._closed:
             raise AlreadyClosed("the client is closed")
+
+
+def new_lookup(pool: ConnectionPool, service_url: ServiceUrl, config: ClientConfig) -> Lookup:
+    """The lookup transport the service URL asks for."""
+    if service_url.http:
+        from client.http_lookup import HttpLookupService  # aiohttp: loaded only when used
+
+        return HttpLookupService(service_url, config)
+    return LookupService(pool, service_url, config)
 
 
 def _full_topic_name(topic: str) -> str:

@@ -21,19 +21,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+from client.acks import EntryKey
 from client.errors import ConsumerBusy, InvalidConfiguration
 from client.message import Message
+from client.message_id import MessageId
 from protocol.enums import InitialPosition, SubType
 
-if TYPE_CHECKING:
-    from client.client import AsyncClient
-    from client.partitioned_producer import AsyncPartitionedProducer
-    from client.producer import AsyncProducer
-
-__all__ = ["ConsumerDeadLetterPolicy", "DeadLetterPolicy", "DeadLetterSender"]
+__all__ = [
+    "ConsumerDeadLetterPolicy",
+    "DeadLetterClient",
+    "DeadLetterPolicy",
+    "DeadLetterSender",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -72,12 +75,53 @@ DeadLetterPolicy = ConsumerDeadLetterPolicy
 _DEAD_LETTER_TYPES = frozenset({SubType.Shared, SubType.Key_Shared})
 
 
+class DeadLetterProducer(Protocol):
+    """What the sender needs of the producer of the dead-letter topic."""
+
+    async def send_async(
+        self,
+        content: Any,
+        properties: Mapping[str, str] | None = ...,
+        partition_key: str | None = ...,
+        ordering_key: str | bytes | None = ...,
+        *,
+        event_timestamp: int | None = ...,
+    ) -> asyncio.Future[MessageId]: ...
+
+    async def close(self) -> None: ...
+
+
+class _Closable(Protocol):
+    async def close(self) -> None: ...
+
+
+class DeadLetterClient(Protocol):
+    """What the sender needs of the client (``AsyncClient``): a producer on the dead-letter
+    topic, and a subscription created on it."""
+
+    async def create_producer(self, topic: str) -> DeadLetterProducer: ...
+
+    async def subscribe(
+        self,
+        topic: str,
+        subscription_name: str,
+        *,
+        consumer_type: SubType | int = ...,
+        initial_position: InitialPosition | int = ...,
+    ) -> _Closable: ...
+
+
 class DeadLetterSender:
-    """A consumer's side of the policy: which messages are due, and their publication."""
+    """A consumer's side of the policy: which messages are due, and their publication.
+
+    A message handed out on its last delivery is remembered by entry (``handed_out``) until it
+    is acknowledged (``forget``, ``forget_message``) or due for redelivery, when ``send_due``
+    publishes it instead and reports the outcome to the consumer.
+    """
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: DeadLetterClient,
         policy: ConsumerDeadLetterPolicy,
         topic: str,
         subscription: str,
@@ -86,8 +130,10 @@ class DeadLetterSender:
         self.topic = policy.topic_for(topic, subscription)
         self._client = client
         self._source_topic = topic
-        self._producer: AsyncProducer | AsyncPartitionedProducer | None = None
+        self._producer: DeadLetterProducer | None = None
         self._creating = asyncio.Lock()
+        self._last_deliveries: dict[EntryKey, list[Message]] = {}
+        self._sending: set[asyncio.Task[None]] = set()
 
     @staticmethod
     def applies_to(consumer_type: SubType) -> bool:
@@ -96,6 +142,64 @@ class DeadLetterSender:
     def is_last_delivery(self, message: Message) -> bool:
         """Whether the next redelivery of ``message`` goes to the dead-letter topic instead."""
         return message.redelivery_count() >= self.policy.max_redeliver_count
+
+    def handed_out(self, key: EntryKey, message: Message) -> None:
+        """``message`` (of entry ``key``) reached the application."""
+        if self.is_last_delivery(message):
+            self._last_deliveries.setdefault(key, []).append(message)
+
+    def forget(self, key: EntryKey) -> None:
+        """The entry was acknowledged: nothing of it goes to the dead-letter topic."""
+        if self._last_deliveries:
+            self._last_deliveries.pop(key, None)
+
+    def forget_message(self, key: EntryKey, batch_index: int) -> None:
+        """An acknowledged message of a batch is not dead-lettered with its entry."""
+        messages = self._last_deliveries.get(key)
+        if messages:
+            kept = [m for m in messages if m.message_id().batch_index() != batch_index]
+            if kept:
+                self._last_deliveries[key] = kept
+            else:
+                del self._last_deliveries[key]
+
+    def send_due(
+        self,
+        due: list[EntryKey],
+        on_stored: Callable[[list[Message]], None],
+        on_failed: Callable[[EntryKey, Exception], None],
+    ) -> list[EntryKey]:
+        """Start publishing the entries of ``due`` on their last delivery; the others are
+        returned, to be redelivered. Once the dead-letter topic stored an entry's messages
+        ``on_stored(messages)`` runs (the consumer acknowledges them); if that fails,
+        ``on_failed(key, error)`` (the consumer has it redelivered: never acknowledged unsent).
+        """
+        rest = []
+        for key in dict.fromkeys(due):
+            messages = self._last_deliveries.pop(key, None)
+            if messages is None:
+                rest.append(key)
+                continue
+            task = asyncio.get_running_loop().create_task(
+                self._send_then(key, messages, on_stored, on_failed)
+            )
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+        return rest
+
+    async def _send_then(
+        self,
+        key: EntryKey,
+        messages: list[Message],
+        on_stored: Callable[[list[Message]], None],
+        on_failed: Callable[[EntryKey, Exception], None],
+    ) -> None:
+        try:
+            await self.send(messages)
+        except Exception as exc:
+            on_failed(key, exc)
+            return
+        on_stored(messages)
 
     async def send(self, messages: list[Message]) -> None:
         """Publish ``messages`` to the dead-letter topic; returns once all are stored."""
@@ -116,7 +220,7 @@ class DeadLetterSender:
             )
         await asyncio.gather(*futures)
 
-    async def _get_producer(self) -> AsyncProducer | AsyncPartitionedProducer:
+    async def _get_producer(self) -> DeadLetterProducer:
         async with self._creating:
             if self._producer is None:
                 subscription = self.policy.initial_subscription_name
@@ -138,6 +242,10 @@ class DeadLetterSender:
         await consumer.close()
 
     async def close(self) -> None:
+        """Stop publications in progress (their messages are redelivered), close the producer."""
+        for task in list(self._sending):
+            task.cancel()
+        await asyncio.gather(*self._sending, return_exceptions=True)
         producer, self._producer = self._producer, None
         if producer is not None:
             await producer.close()

@@ -2,7 +2,8 @@
 
 Two transports with one interface (``Lookup``): ``LookupService`` speaks the binary protocol
 to a ``pulsar://`` service URL; ``client.http_lookup.HttpLookupService`` asks the HTTP service
-of an ``http://`` one. ``new_lookup`` picks by the URL.
+of an ``http://`` one. ``client.client.new_lookup`` picks by the URL (it sits above both, so
+that neither transport imports the other).
 
 ``lookup(topic)`` asks the service URL's broker, follows ``Redirect`` answers (carrying the
 ``authoritative`` flag, at most 20 hops) and returns the owner's address. With
@@ -30,7 +31,7 @@ from client.service_url import Address, ServiceUrl, parse_address
 from protocol import commands, pb
 from protocol.enums import TopicListMode
 
-__all__ = ["MAX_REDIRECTS", "Lookup", "LookupResult", "LookupService", "new_lookup", "retrying"]
+__all__ = ["MAX_REDIRECTS", "Lookup", "LookupResult", "LookupService", "retrying"]
 
 R = TypeVar("R")
 MAX_REDIRECTS = 20
@@ -57,15 +58,6 @@ class Lookup(Protocol):
     ) -> list[str]: ...
 
     async def close(self) -> None: ...
-
-
-def new_lookup(pool: ConnectionPool, service_url: ServiceUrl, config: ClientConfig) -> Lookup:
-    """The transport the service URL asks for."""
-    if service_url.http:
-        from client.http_lookup import HttpLookupService  # aiohttp: loaded only when used
-
-        return HttpLookupService(service_url, config)
-    return LookupService(pool, service_url, config)
 
 
 class LookupService:

@@ -20,13 +20,12 @@ from __future__ import annotations
 from typing import ClassVar
 
 from protocol import pb
+from protocol.ids import I64_MAX, to_u64
 from protocol.ids import MessageId as WireMessageId
 
 __all__ = ["MessageId"]
 
-_I64_MAX = (1 << 63) - 1
-_I64_MIN = -(1 << 63)
-_U64_MASK = (1 << 64) - 1
+_I64_MIN = -I64_MAX - 1
 
 
 class MessageId:
@@ -61,7 +60,7 @@ class MessageId:
     ) -> None:
         # Plain fields, no validation beyond the wire's range: a producer makes one per
         # acknowledged message, so this constructor is on the hot path.
-        if not (_I64_MIN <= ledger_id <= _I64_MAX and _I64_MIN <= entry_id <= _I64_MAX):
+        if not (_I64_MIN <= ledger_id <= I64_MAX and _I64_MIN <= entry_id <= I64_MAX):
             raise ValueError(f"ledger and entry ids must be signed 64-bit: {ledger_id}:{entry_id}")
         self._ledger = ledger_id
         self._entry = entry_id
@@ -143,7 +142,7 @@ class MessageId:
 
     def serialize(self) -> bytes:
         """Bytes to store and later hand to ``deserialize`` (the official client's format)."""
-        data = pb.MessageIdData(ledgerId=self._ledger & _U64_MASK, entryId=self._entry & _U64_MASK)
+        data = pb.MessageIdData(ledgerId=to_u64(self._ledger), entryId=to_u64(self._entry))
         if self._partition != -1:
             data.partition = self._partition
         if self._batch_index != -1:

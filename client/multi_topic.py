@@ -25,7 +25,6 @@ import logging
 import re
 from collections import deque
 from collections.abc import Awaitable, Callable
-from enum import IntEnum
 
 from client.consumer import AsyncConsumer
 from client.errors import (
@@ -41,15 +40,6 @@ from client.message_id import MessageId
 __all__ = ["AsyncMultiTopicConsumer", "pattern_namespace"]
 
 logger = logging.getLogger(__name__)
-
-
-class RegexSubscriptionMode(IntEnum):
-    """Which topics a pattern subscription lists (the official ``RegexSubscriptionMode``;
-    the values are ``CommandGetTopicsOfNamespace.Mode``'s)."""
-
-    PersistentOnly = 0
-    NonPersistentOnly = 1
-    AllTopics = 2
 
 
 Subscribe = Callable[[str], Awaitable[AsyncConsumer]]

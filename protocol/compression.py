@@ -29,10 +29,7 @@ from collections.abc import Callable
 
 import cramjam
 
-from protocol.enums import AckValidationError, CompressionType
-
-DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
-"""The broker's default ``maxMessageSize`` (Java and Magnetar), used to derive the cap below."""
+from protocol.enums import DEFAULT_MAX_MESSAGE_SIZE, AckValidationError, CompressionType
 
 DEFAULT_MAX_UNCOMPRESSED_SIZE = 32 * DEFAULT_MAX_MESSAGE_SIZE
 """Largest ``uncompressed_size`` ``decode`` accepts unless told otherwise: 160 MiB.

@@ -79,3 +79,16 @@ class TopicListMode(IntEnum):
     PERSISTENT = 0
     NON_PERSISTENT = 1
     ALL = 2
+    # The official ``pulsar`` package's ``RegexSubscriptionMode`` names for the same values:
+    # aliases, so the client's ``RegexSubscriptionMode`` is this enum, not a copy of it.
+    PersistentOnly = 0
+    NonPersistentOnly = 1
+    AllTopics = 2
+
+
+#: The message property that carries an idempotency key (issue #16; Magnetar's, not Pulsar's):
+#: ``send(..., idempotency_key=...)`` sets it, the broker's idempotency window reads it.
+IDEMPOTENCY_KEY_PROPERTY = "magnetar.idempotency-key"
+
+#: The broker's default ``maxMessageSize`` (Java and Magnetar), as CONNECTED advertises it.
+DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024

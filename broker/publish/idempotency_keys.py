@@ -19,13 +19,12 @@ from protocol._pb import PulsarApi_pb2 as pb
 from protocol.batch import split_batch
 from protocol.compression import CompressionError
 from protocol.compression import decode as decompress
-from protocol.enums import CompressionType
+from protocol.enums import IDEMPOTENCY_KEY_PROPERTY, CompressionType
 from protocol.errors import RemoteProtocolError
 
 __all__ = ["EntryKeys", "entry_keys"]
 
-_KEY_NAME = "magnetar.idempotency-key"
-_KEY_BYTES = _KEY_NAME.encode()
+_KEY_BYTES = IDEMPOTENCY_KEY_PROPERTY.encode()
 _U32 = struct.Struct(">I")
 _NONE = CompressionType.NONE
 _COMPRESSION_TAG = b"\x40"  # MessageMetadata.compression: field 8, varint
@@ -97,7 +96,7 @@ def _metadata() -> pb.MessageMetadata:
 
 def _key_of(properties: object) -> str | None:
     for kv in properties:  # type: ignore[attr-defined]  # repeated KeyValue
-        if kv.key == _KEY_NAME:
+        if kv.key == IDEMPOTENCY_KEY_PROPERTY:
             value = kv.value
             return value if value.__class__ is str and value else None
     return None

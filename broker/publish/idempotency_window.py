@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from broker.storage import Position
+from protocol.enums import IDEMPOTENCY_KEY_PROPERTY
 
 __all__ = [
     "IDEMPOTENCY_CURSOR",
@@ -75,8 +76,6 @@ __all__ = [
     "visible_ack_set",
 ]
 
-IDEMPOTENCY_KEY_PROPERTY = "magnetar.idempotency-key"
-"""The message property carrying the key (on each message of a batch)."""
 IDEMPOTENCY_CURSOR = "magnetar.idempotency"
 """The reserved cursor whose mark-delete carries the window's snapshot (like ``pulsar.dedup``)."""
 

@@ -3,10 +3,10 @@
 It speaks the Pulsar protocol directly on one TCP connection (so it works against any
 Pulsar-protocol broker that owns the topics: no LOOKUP redirects are followed): CONNECT and
 PRODUCER go through the real codec, then SEND frames from ``frames`` are written in blocks, at
-most ``window`` entries in flight, and SEND_RECEIPTs are read by ``receipts.ReceiptReader``.
-Receipts of one producer arrive in send order (the protocol guarantees it per connection), so
-each receipt is matched against the next expected sequence id and the oldest block in flight:
-a mismatch is counted, never ignored.
+most ``window`` entries in flight, and SEND_RECEIPTs are read by
+``protocol.receipts.ReceiptReader``. Receipts of one producer arrive in send order (the protocol
+guarantees it per connection), so each receipt is matched against the next expected sequence id
+and the oldest block in flight: a mismatch is counted, never ignored.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Any, cast
 
 from client.perf.frames import EncodedRun, EntryShape, SendFrames
 from client.perf.options import PerfOptions
-from client.perf.receipts import Receipt, ReceiptReader
 from client.perf.report import Recorder
 from client.service_url import parse_address
 from protocol import commands
 from protocol._pb import PulsarApi_pb2 as pb
 from protocol.framing import Frame
+from protocol.receipts import Receipt, ReceiptReader
 
 T = pb.BaseCommand
 _DRAIN_TIMEOUT = 30.0

@@ -22,7 +22,6 @@ as ``commands.<builder>(...)``.
 """
 
 from protocol.commands.connection import (
-    DEFAULT_MAX_MESSAGE_SIZE,
     PROTOCOL_VERSION,
     auth_challenge,
     auth_response,
@@ -73,7 +72,7 @@ from protocol.commands.schemas import (
     get_schema,
     get_schema_response,
 )
-from protocol.enums import ProducerAccessMode
+from protocol.enums import DEFAULT_MAX_MESSAGE_SIZE, ProducerAccessMode
 from protocol.framing import encode_command
 
 __all__ = [

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from protocol.commands.fields import T
+from protocol.enums import DEFAULT_MAX_MESSAGE_SIZE
 from protocol.framing import encode_command
 
 #: Newest protocol version we speak (TOPIC_MIGRATED era, what the C++ 4.2.0 client sends).
 PROTOCOL_VERSION = 20
-#: Java broker default for CONNECTED.max_message_size.
-DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 
 
 def connect(

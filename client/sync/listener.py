@@ -11,21 +11,26 @@ loop thread), and a slow listener holds up only its own consumer.
 * ``pause()`` stops calls to the listener until ``resume()``; messages stay queued (at most
   the one already received is held back), as ``pause_message_listener`` does;
 * the thread ends when its consumer or the client is closed; ``stop()`` also ends a paused one.
+
+``Listeners`` keeps a client's threads, so closing the client ends every one of them.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import threading
 from collections.abc import Callable
+from typing import TypeVar
 
 from client.errors import AlreadyClosed, ClientUsedAfterFork
 from client.message import Message
 
-__all__ = ["ListenerThread"]
+__all__ = ["ListenerThread", "Listeners"]
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class ListenerThread:
@@ -79,3 +84,37 @@ class ListenerThread:
                 self._deliver(message)
             except Exception:
                 logger.exception("%s: the message listener raised", self._thread.name)
+
+
+class Listeners:
+    """The listener threads of one client."""
+
+    def __init__(self, join_timeout: float) -> None:
+        self._threads: set[ListenerThread] = set()
+        self._join_timeout = join_timeout
+
+    def start(
+        self,
+        name: str,
+        receive: Callable[[], Message],
+        listener: Callable[[T, Message], None] | None,
+        owner: T,
+    ) -> ListenerThread | None:
+        """A thread calling ``listener(owner, message)`` (None without a listener)."""
+        if listener is None:
+            return None
+        thread = ListenerThread(name, receive, functools.partial(listener, owner))
+        self._threads.add(thread)
+        return thread.start()
+
+    def stop(self, thread: ListenerThread | None) -> None:
+        """After its consumer (or the client) is closed: receiving raises AlreadyClosed there,
+        so the thread ends once its listener returns."""
+        if thread is not None:
+            thread.stop()
+            thread.join(self._join_timeout)
+            self._threads.discard(thread)
+
+    def stop_all(self) -> None:
+        for thread in list(self._threads):  # each ends: its consumer is closed
+            self.stop(thread)

@@ -38,25 +38,15 @@ import contextlib
 import enum
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from client.accumulator import Accumulator, BatchAccumulator, EntryContext, SingleAccumulator
-from client.batching import (
-    DEFAULT_BATCHING_MAX_ALLOWED_SIZE_IN_BYTES,
-    DEFAULT_BATCHING_MAX_MESSAGES,
-    DEFAULT_BATCHING_MAX_PUBLISH_DELAY_MS,
-    BatchBuilder,
-    OutgoingMessage,
-)
+from client.batching import BatchBuilder, OutgoingMessage
 from client.config import ClientConfig
 from client.errors import (
     AlreadyClosed,
     ChecksumError,
     Disconnected,
-    InvalidConfiguration,
     NotConnected,
     ProducerBlockedQuotaExceededException,
     ProducerFenced,
@@ -68,8 +58,10 @@ from client.errors import (
 )
 from client.message_id import MessageId
 from client.pending import Completion, OutOfOrderReceipt, PendingSends, SendOp
+from client.producer.config import PayloadEncoder, ProducerConfig
+from client.producer.send_api import SendApi
 from protocol import commands, pb
-from protocol.enums import CompressionType, ProducerAccessMode
+from protocol.enums import CompressionType
 from protocol.errors import ServerError
 from protocol.ids import from_u64
 from protocol.topic_name import TopicName
@@ -77,47 +69,9 @@ from protocol.topic_name import TopicName
 if TYPE_CHECKING:
     from client.connection import Connection
 
-__all__ = ["AsyncProducer", "ProducerConfig", "ProducerHost", "prepare_message"]
+__all__ = ["AsyncProducer", "ProducerHost"]
 
 logger = logging.getLogger(__name__)
-
-
-IDEMPOTENCY_KEY_PROPERTY = "magnetar.idempotency-key"
-"""The property ``send(..., idempotency_key=...)`` sets (issue #16; ``broker.idempotency``)."""
-
-
-class PayloadEncoder(Protocol):
-    """What the producer needs of a schema (``client.schema``)."""
-
-    def encode(self, value: Any) -> bytes: ...
-
-    def to_pb(self) -> pb.Schema | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerConfig:
-    """``create_producer`` options (the official names and defaults)."""
-
-    producer_name: str | None = None
-    initial_sequence_id: int | None = None
-    send_timeout_millis: int = 30_000
-    access_mode: ProducerAccessMode = ProducerAccessMode.Shared
-    max_pending_messages: int = 1000
-    block_if_queue_full: bool = False
-    properties: Mapping[str, str] = field(default_factory=dict)
-    batching_enabled: bool = False
-    batching_max_messages: int = DEFAULT_BATCHING_MAX_MESSAGES
-    batching_max_allowed_size_in_bytes: int = DEFAULT_BATCHING_MAX_ALLOWED_SIZE_IN_BYTES
-    batching_max_publish_delay_ms: int = DEFAULT_BATCHING_MAX_PUBLISH_DELAY_MS
-    compression_type: CompressionType = CompressionType.NONE
-    chunking_enabled: bool = False
-    schema: PayloadEncoder | None = None
-
-    def __post_init__(self) -> None:
-        if self.batching_enabled and self.chunking_enabled:
-            raise InvalidConfiguration("batching and chunking cannot be enabled together")
-        if self.send_timeout_millis < 0:
-            raise InvalidConfiguration("send_timeout_millis must be >= 0 (0: never time out)")
 
 
 class ProducerHost(Protocol):
@@ -141,153 +95,6 @@ class _State(enum.Enum):
 
 
 _SENDABLE = frozenset({_State.CONNECTING, _State.READY})
-
-
-def prepare_message(
-    content: Any,
-    schema: PayloadEncoder | None = None,
-    *,
-    properties: Mapping[str, str] | None = None,
-    partition_key: str | None = None,
-    ordering_key: str | bytes | None = None,
-    event_timestamp: int | None = None,
-    deliver_at: int | None = None,
-    deliver_after: timedelta | None = None,
-    idempotency_key: str | None = None,
-) -> OutgoingMessage:
-    """Validate a send's arguments into a message (its sequence id is set when queued).
-
-    Pure and thread-safe: the blocking facade calls it in the application's thread.
-    ``idempotency_key`` becomes the property ``magnetar.idempotency-key`` (issue #16): the
-    broker stores a message whose key it saw on the topic within its window only once.
-
-    Raises:
-        ValueError: an argument has the wrong type (the official client raises ValueError).
-    """
-    if content is None:
-        payload, null_value = b"", True
-    else:
-        payload = schema.encode(content) if schema is not None else content
-        if not isinstance(payload, bytes):
-            raise ValueError(f"content must be bytes, not {type(payload).__name__}")
-        null_value = False
-    if properties is not None and (
-        not isinstance(properties, Mapping)
-        or not all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items())
-    ):
-        raise ValueError("properties must be a dict of str to str")
-    if partition_key is not None and not isinstance(partition_key, str):
-        raise ValueError("partition_key must be a str")
-    if isinstance(ordering_key, str):
-        ordering_key = ordering_key.encode()
-    elif ordering_key is not None and not isinstance(ordering_key, bytes):
-        raise ValueError("ordering_key must be a str")
-    if event_timestamp is not None and not isinstance(event_timestamp, int):
-        raise ValueError("event_timestamp must be an int (ms since the epoch)")
-    if deliver_after is not None:
-        deliver_at = int(time.time() * 1000 + deliver_after.total_seconds() * 1000)
-    merged = dict(properties) if properties else {}
-    if idempotency_key is not None:
-        if not isinstance(idempotency_key, str) or not idempotency_key:
-            raise ValueError("idempotency_key must be a non-empty str")
-        merged[IDEMPOTENCY_KEY_PROPERTY] = idempotency_key
-    return OutgoingMessage(
-        payload,
-        -1,
-        merged,
-        partition_key,
-        ordering_key,
-        event_timestamp or 0,
-        deliver_at,
-        null_value,
-    )
-
-
-class SendApi:
-    """``send`` and ``send_async`` with the official arguments, for a producer of one topic
-    and for one of a partitioned topic: they differ only in where a message goes."""
-
-    def _schema(self) -> PayloadEncoder | None:
-        raise NotImplementedError
-
-    def _target(self, message: OutgoingMessage) -> AsyncProducer:
-        """The producer of the topic (partition) ``message`` goes to."""
-        raise NotImplementedError
-
-    async def send(
-        self,
-        content: Any,
-        properties: Mapping[str, str] | None = None,
-        partition_key: str | None = None,
-        ordering_key: str | bytes | None = None,
-        sequence_id: int | None = None,
-        replication_clusters: Sequence[str] | None = None,
-        disable_replication: bool = False,
-        event_timestamp: int | None = None,
-        deliver_at: int | None = None,
-        deliver_after: timedelta | None = None,
-        *,
-        idempotency_key: str | None = None,
-    ) -> MessageId:
-        """Publish a message and return its id once the broker stored it.
-
-        With ``idempotency_key``, a message whose key the topic (partition) saw within its
-        window is not stored again: the id returned is then the original's entry.
-
-        ``replication_clusters`` and ``disable_replication`` are accepted for compatibility
-        with the official API and ignored (Magnetar runs one cluster).
-
-        Raises:
-            ProducerQueueIsFull: too many pending messages and ``block_if_queue_full`` off.
-            Timeout: not acknowledged within ``send_timeout_millis``.
-            ProducerFenced, TopicTerminated, AlreadyClosed, MessageTooBig, ChecksumError.
-        """
-        future = await self.send_async(
-            content,
-            properties,
-            partition_key,
-            ordering_key,
-            sequence_id,
-            replication_clusters,
-            disable_replication,
-            event_timestamp,
-            deliver_at,
-            deliver_after,
-            idempotency_key=idempotency_key,
-        )
-        return await future
-
-    async def send_async(
-        self,
-        content: Any,
-        properties: Mapping[str, str] | None = None,
-        partition_key: str | None = None,
-        ordering_key: str | bytes | None = None,
-        sequence_id: int | None = None,
-        replication_clusters: Sequence[str] | None = None,
-        disable_replication: bool = False,
-        event_timestamp: int | None = None,
-        deliver_at: int | None = None,
-        deliver_after: timedelta | None = None,
-        *,
-        idempotency_key: str | None = None,
-    ) -> asyncio.Future[MessageId]:
-        """Queue a message; return a future of its id (pipelining: await it later).
-
-        Waits for room first when the queue is full and ``block_if_queue_full`` is on.
-        """
-        message = prepare_message(
-            content,
-            self._schema(),
-            properties=properties,
-            partition_key=partition_key,
-            ordering_key=ordering_key,
-            event_timestamp=event_timestamp,
-            deliver_at=deliver_at,
-            deliver_after=deliver_after,
-            idempotency_key=idempotency_key,
-        )
-        return await self._target(message).send_prepared(message, sequence_id)
 
 
 class AsyncProducer(SendApi):

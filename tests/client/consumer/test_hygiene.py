@@ -17,7 +17,7 @@ import pytest
 from client import AsyncClient, Client, ClientUsedAfterFork, InitialPosition, MessageId
 from client.consumer import ConsumerType
 from client.errors import AlreadyClosed, Timeout
-from tests.client.test_sync import sockets_to
+from tests.client.sync.helpers import sockets_to
 from tests.helpers import BrokerThread
 
 pytestmark = [pytest.mark.integration]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.storage.cursor_state import decode_cursor_state
+from broker.storage.cursor_file import decode_cursor_state
 from client import AsyncClient, InitialPosition, MessageId
 from client.consumer import AsyncConsumer
 from client.errors import Timeout

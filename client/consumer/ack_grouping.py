@@ -1,0 +1,79 @@
+"""A consumer's acknowledgements, grouped as the C++ client groups them.
+
+``ackGroupingTimeMs`` 100 and ``ackGroupingMaxSize`` 1000: individual acknowledgements wait
+up to 100 ms, or until 1000 are pending, and leave together in one ACK command. Any other
+frame about acknowledgement (a cumulative ack, a redelivery request, an ack of a corrupt entry)
+goes through ``write``, which sends the group first, so the broker sees them in the order they
+were made. Without a ready connection the group is kept and sent once subscribed again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from protocol import commands
+from protocol.commands import AckIdentity
+
+if TYPE_CHECKING:
+    from client.connection import Connection
+
+__all__ = ["AckGrouper"]
+
+_ACK_GROUPING_TIME = 0.1
+_ACK_GROUPING_MAX_SIZE = 1000
+
+
+class AckGrouper:
+    """Pending acknowledgements of one consumer; ``connection()`` is where they go now."""
+
+    __slots__ = ("_acks", "_connection", "_consumer_id", "_loop", "_timer")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        consumer_id: int,
+        connection: Callable[[], Connection | None],
+    ) -> None:
+        self._loop = loop
+        self._consumer_id = consumer_id
+        self._connection = connection
+        self._acks: list[AckIdentity] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, item: AckIdentity) -> None:
+        acks = self._acks
+        acks.append(item)
+        if len(acks) >= _ACK_GROUPING_MAX_SIZE:
+            self.flush()
+        elif self._timer is None:
+            self._timer = self._loop.call_later(_ACK_GROUPING_TIME, self.flush)
+
+    def flush(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        if not self._acks:
+            return
+        cnx = self._connection()
+        if cnx is None or not cnx.is_ready:
+            return  # kept: sent once subscribed again
+        acks, self._acks = self._acks, []
+        cnx.write(commands.ack(self._consumer_id, acks))
+
+    def write(self, frame: bytes) -> None:
+        """Write ``frame`` after the pending group (keeps the order of individual and
+        cumulative acks)."""
+        self.flush()
+        cnx = self._connection()
+        if cnx is not None:
+            cnx.write(frame)
+
+    def take(self) -> list[AckIdentity]:
+        """The pending group, no longer pending (a closing consumer sends it itself)."""
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        acks, self._acks = self._acks, []
+        return acks

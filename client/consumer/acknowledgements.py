@@ -1,0 +1,189 @@
+"""What a consumer tells the broker about the messages it handed out, as the C++ client does.
+
+* **Acknowledge** one message: its entry; one message of a batch: the entry once every index
+  the broker delivered is acknowledged (``client.acks``), or at once with an ack set when
+  ``batch_index_ack_enabled`` (PIP-54); a chunked message: every chunk's entry.
+* **Acknowledge cumulatively** up to a message (not on Shared/Key_Shared); inside a batch
+  without batch-index acks, up to the previous entry.
+* **Negative acknowledgements and the unacked timeout** make entries due for redelivery
+  (``client.consumer.redelivery``). Due entries are asked for again by id on Shared/Key_Shared,
+  or published to the dead-letter topic when on their last delivery (``client.dead_letter``);
+  Exclusive/Failover redeliver everything unacknowledged (the broker rewinds).
+
+Everything goes out through the consumer's ``AckGrouper``, in the order it was made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Protocol
+
+from client.acks import BatchAcks, EntryKey, ack_set_words, entry_key, wire_entry
+from client.consumer.ack_grouping import AckGrouper
+from client.consumer.config import ConsumerConfig
+from client.consumer.entries import EntryDecoder
+from client.consumer.redelivery import RedeliveryTimers
+from client.dead_letter import DeadLetterSender
+from client.errors import CumulativeAcknowledgementNotAllowedError
+from client.message import Message
+from client.message_id import MessageId
+from protocol import commands
+from protocol.commands import AckIdentity
+from protocol.enums import AckType, SubType
+from protocol.ids import MessageId as WireMessageId
+
+__all__ = ["Acknowledger", "AcknowledgingConsumer", "tracks_handouts"]
+
+logger = logging.getLogger(__name__)
+
+_SHARED_TYPES = frozenset({SubType.Shared, SubType.Key_Shared})
+# A redelivery request names at most this many entries.
+_REDELIVER_AT_ONCE = 1000
+
+
+def tracks_handouts(config: ConsumerConfig, dead_letter: DeadLetterSender | None) -> bool:
+    """Whether handing a message out must be recorded (``Acknowledger.handed_out``): for the
+    dead-letter policy, or the unacked timeout of a durable subscription."""
+    return dead_letter is not None or (config.unacked_messages_timeout_ms > 0 and config.durable)
+
+
+class AcknowledgingConsumer(Protocol):
+    """What the acknowledger asks of its consumer (``AsyncConsumer``)."""
+
+    def is_connected(self) -> bool: ...
+
+    def is_receiving(self) -> bool: ...
+
+    def acknowledge(self, message: Message | MessageId) -> None: ...
+
+    def redeliver_unacknowledged_messages(self) -> None: ...
+
+
+class Acknowledger:
+    """Acknowledgements and redelivery requests of one consumer (see the module docstring)."""
+
+    def __init__(
+        self,
+        consumer: AcknowledgingConsumer,
+        consumer_id: int,
+        config: ConsumerConfig,
+        acks: AckGrouper,
+        batches: BatchAcks,
+        entries: EntryDecoder,
+        dead_letter: DeadLetterSender | None,
+    ) -> None:
+        self._consumer = consumer
+        self._consumer_id = consumer_id
+        self._config = config
+        self._shared = config.consumer_type in _SHARED_TYPES
+        self._acks = acks
+        self._batches = batches
+        self._entries = entries
+        self._dead_letter = dead_letter
+        self._loop = asyncio.get_running_loop()
+        self.redelivery = RedeliveryTimers(self._loop, self._on_due)
+
+    def handed_out(self, message: Message, message_id: MessageId) -> None:
+        """``message`` reached the application (called when ``tracks_handouts``)."""
+        if self._dead_letter is not None:
+            self._dead_letter.handed_out(entry_key(message_id), message)
+        if self._config.unacked_messages_timeout_ms > 0 and self._config.durable:
+            due = self._loop.time() + self._config.unacked_messages_timeout_ms / 1000
+            self.redelivery.track_unacked(entry_key(message_id), due)
+
+    def acknowledge(self, message_id: MessageId) -> None:
+        ledger, entry_id, batch_index, batch_size = message_id.position()
+        key = (ledger, entry_id)
+        if batch_index >= 0 and batch_size > 0:  # one message of a batch (PIP-54)
+            unacked = self._batches.ack(key, batch_index, batch_size)
+            if self._dead_letter is not None:
+                self._dead_letter.forget_message(key, batch_index)
+            if unacked:
+                if self._config.batch_index_ack_enabled:
+                    self._acks.add((wire_entry(key), ack_set_words(unacked, batch_size)))
+                return
+        else:
+            first_chunk = message_id.first_chunk()
+            if first_chunk is not None:
+                chunks = self._entries.take_chunk_ids(key, (first_chunk, message_id.wire))
+                for chunk in chunks:
+                    self._acks.add(wire_entry(entry_key(chunk)))
+                self._untrack(key)
+                return
+        self._acks.add(wire_entry(key))
+        self._untrack(key)
+
+    def acknowledge_cumulative(self, message_id: MessageId) -> None:
+        """Raises:
+        CumulativeAcknowledgementNotAllowedError: a Shared or Key_Shared subscription.
+        """
+        if self._shared:
+            raise CumulativeAcknowledgementNotAllowedError(
+                "cumulative acknowledgement is not allowed on Shared/Key_Shared subscriptions"
+            )
+        key = entry_key(message_id)
+        target: AckIdentity | None = wire_entry(key)
+        batch_size = message_id.batch_size()
+        if message_id.batch_index() >= 0 and batch_size > 0:
+            unacked = self._batches.ack_up_to(key, message_id.batch_index(), batch_size)
+            if unacked and self._config.batch_index_ack_enabled:
+                target = (wire_entry(key), ack_set_words(unacked, batch_size))
+            elif unacked:  # the entry is not done: acknowledge up to the previous one
+                target = WireMessageId(key[0], key[1] - 1) if key[1] > 0 else None
+        self.redelivery.forget_unacked_up_to(key)
+        if target is not None:
+            self._acks.write(commands.ack(self._consumer_id, [target], ack_type=AckType.Cumulative))
+
+    def negative_acknowledge(self, message_id: MessageId) -> None:
+        key = entry_key(message_id)
+        due = self._loop.time() + self._config.negative_ack_redelivery_delay_ms / 1000
+        first_chunk = message_id.first_chunk()
+        if first_chunk is not None:
+            chunks = self._entries.chunk_ids(key, (first_chunk, message_id.wire))
+            self.redelivery.nack(key, [entry_key(chunk) for chunk in chunks], due)
+        else:
+            self.redelivery.nack(key, (key,), due)
+
+    def _untrack(self, key: EntryKey) -> None:
+        self.redelivery.forget(key)
+        if self._dead_letter is not None:
+            self._dead_letter.forget(key)
+
+    # --- redelivery ---------------------------------------------------------------------
+
+    def _on_due(self) -> None:
+        consumer = self._consumer
+        if not consumer.is_connected():
+            if consumer.is_receiving():  # subscribing again: ask once subscribed
+                self.redelivery.arm(self._loop.time() + 0.1)
+            return
+        due = self.redelivery.pop_due(self._loop.time())
+        if self._dead_letter is not None and self._shared:
+            due = self._dead_letter.send_due(due, self._dead_lettered, self._dead_letter_failed)
+        if due:
+            if self._shared:
+                ids = [wire_entry(key) for key in sorted(set(due))]
+                for start in range(0, len(ids), _REDELIVER_AT_ONCE):
+                    self._acks.write(
+                        commands.redeliver_unacknowledged_messages(
+                            self._consumer_id, ids[start : start + _REDELIVER_AT_ONCE]
+                        )
+                    )
+            else:
+                consumer.redeliver_unacknowledged_messages()
+        self.redelivery.arm_for_next()
+
+    def _dead_lettered(self, messages: list[Message]) -> None:
+        """The dead-letter topic stored these messages: acknowledge them here."""
+        if self._consumer.is_receiving():
+            for message in messages:
+                self._consumer.acknowledge(message)
+
+    def _dead_letter_failed(self, key: EntryKey, exc: Exception) -> None:
+        # Never acknowledged unsent: redelivered instead.
+        logger.warning("%s: dead-letter publication failed, redelivering: %r", self._consumer, exc)
+        if self._consumer.is_connected():
+            self._acks.write(
+                commands.redeliver_unacknowledged_messages(self._consumer_id, [wire_entry(key)])
+            )

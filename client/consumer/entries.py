@@ -1,0 +1,270 @@
+"""MESSAGE frames to the messages they hold, queued for the application.
+
+As the official C++ consumer does:
+
+* **Decoding.** Entry metadata, decompression bounded by the connection's
+  ``max_message_size`` (the default 160 MiB bound for reassembled chunked messages), batch
+  unpacking with per-message ids carrying ``batch_index`` and ``batch_size``, chunk reassembly
+  (``ChunkAssembler``).
+* **Corrupt entries** (bad checksum, codec or batch) are acknowledged with their validation
+  error and dropped, and their permits come back.
+* **Redelivered batches** carry an ack set: only the indexes still unacknowledged are queued.
+* **Readers** (``durable=False``): messages before the start (inclusive or not) are filtered
+  out, inside batches too (``StartFilter``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from client.acks import BatchAcks, EntryKey, entry_key, unacked_indexes
+from client.chunking import ChunkAssembler, ChunkOutcome, is_chunk
+from client.consumer.ack_grouping import AckGrouper
+from client.consumer.config import ConsumerConfig
+from client.consumer.receiver_queue import ReceiverQueue
+from client.message import Message
+from client.message_id import MessageId
+from protocol import (
+    Frame,
+    RemoteProtocolError,
+    commands,
+    compression,
+    decode_entry,
+    pb,
+    split_batch,
+)
+from protocol.enums import DEFAULT_MAX_MESSAGE_SIZE, AckValidationError
+from protocol.ids import I64_MAX, from_u64
+from protocol.ids import MessageId as WireMessageId
+from protocol.topic_name import TopicName
+
+if TYPE_CHECKING:
+    from client.connection import Connection
+
+__all__ = ["EntryDecoder", "StartFilter"]
+
+logger = logging.getLogger(__name__)
+
+
+class StartFilter:
+    """A reader's start: what precedes it is not handed out (``before``).
+
+    ``start`` and ``inclusive`` move with ``seek`` and, after a reconnection, to the last
+    message handed out (exclusive), where the reader resumes.
+    """
+
+    __slots__ = ("_durable", "active", "inclusive", "start")
+
+    def __init__(self, config: ConsumerConfig) -> None:
+        self.start: MessageId | None = config.start_message_id
+        self.inclusive = config.start_message_id_inclusive
+        self._durable = config.durable
+        #: Whether messages are checked at all (a reader with a start id).
+        self.active = self.start is not None and not config.durable
+
+    def move_to(self, start: MessageId, inclusive: bool) -> None:
+        """A seek to a message id: filter from there."""
+        self.start, self.inclusive, self.active = start, inclusive, True
+
+    def turn_off(self) -> None:
+        """A seek to a publish time: nothing is filtered."""
+        self.start, self.active = None, False
+
+    def resume_after(self, last_taken: MessageId | None) -> MessageId:
+        """Where a (re)subscription starts: after the last message handed out (which becomes
+        the start, exclusive), else at the start (earliest when there is none)."""
+        if last_taken is None:
+            return self.start or MessageId.earliest
+        self.start, self.inclusive = last_taken, False
+        return last_taken
+
+    def before(self, message_id: MessageId) -> bool:
+        """Is this message before the start (or the start, exclusive)?"""
+        start = self.start
+        if start is None or self._durable or start.entry_id() in (-1, I64_MAX):
+            return False  # earliest and latest are not positions of a message
+        if start.batch_index() < 0 and message_id.batch_index() >= 0:
+            # A whole-entry start id against a batch: the entry is the start message.
+            entry = (message_id.ledger_id(), message_id.entry_id())
+            start_entry = (start.ledger_id(), start.entry_id())
+            return entry < start_entry or (entry == start_entry and not self.inclusive)
+        if self.inclusive:
+            return message_id < start
+        return message_id <= start
+
+
+class EntryDecoder:
+    """Turns one consumer's MESSAGE frames into queued messages (see the module docstring).
+
+    ``connection()`` is the consumer's connection now (its ``max_message_size`` bounds
+    decompression); corrupt entries and chunk outcomes are acknowledged through ``acks``, and
+    ``batches`` learns which indexes of each batch entry the application is to acknowledge.
+    ``owner`` (the consumer) names the entries' recipient in log messages.
+    """
+
+    def __init__(
+        self,
+        owner: object,
+        topic: str,
+        consumer_id: int,
+        config: ConsumerConfig,
+        receiver: ReceiverQueue,
+        acks: AckGrouper,
+        batches: BatchAcks,
+        connection: Callable[[], Connection | None],
+    ) -> None:
+        self._owner = owner
+        self._topic = topic
+        # The partition index (-1: not a partition) that the ids of received messages carry.
+        self._partition = TopicName.parse(topic, allow_non_persistent=True).partition
+        self._consumer_id = consumer_id
+        self._durable = config.durable
+        self._schema = config.schema
+        self._receiver = receiver
+        self._acks = acks
+        self._batches = batches
+        self._connection = connection
+        self.start = StartFilter(config)
+        self._assembler = ChunkAssembler()
+        self._chunks: dict[EntryKey, tuple[WireMessageId, ...]] = {}  # last chunk -> all
+
+    def chunk_ids(
+        self, key: EntryKey, fallback: tuple[WireMessageId, ...]
+    ) -> tuple[WireMessageId, ...]:
+        """Every chunk of the chunked message whose last chunk is ``key``."""
+        return self._chunks.get(key, fallback)
+
+    def take_chunk_ids(
+        self, key: EntryKey, fallback: tuple[WireMessageId, ...]
+    ) -> tuple[WireMessageId, ...]:
+        """``chunk_ids``, forgotten (the message is acknowledged)."""
+        return self._chunks.pop(key, fallback)
+
+    def clear(self) -> None:
+        """The queue was dropped: so are chunked messages being reassembled."""
+        self._assembler.clear()
+
+    def on_message(self, frame: Frame) -> None:
+        command = frame.command.message
+        received = command.message_id  # the entry's position only: one id object, not two
+        ledger, entry_id = from_u64(received.ledgerId), from_u64(received.entryId)
+        assert frame.entry is not None
+        if not frame.checksum_valid:
+            self._discard(WireMessageId(ledger, entry_id), AckValidationError.ChecksumMismatch, 1)
+            return
+        try:
+            metadata, payload = decode_entry(frame.entry)
+        except RemoteProtocolError:
+            self._discard(
+                WireMessageId(ledger, entry_id), AckValidationError.BatchDeSerializeError, 1
+            )
+            return
+        cnx = self._connection()
+        bound = cnx.max_message_size if cnx is not None else DEFAULT_MAX_MESSAGE_SIZE
+        message_id: MessageId | None = None
+        if metadata.num_chunks_from_msg and is_chunk(metadata):
+            wire = WireMessageId(ledger, entry_id)
+            outcome = self._assembler.add(metadata, payload, wire, int(time.time() * 1000))
+            self._chunk_outcome(outcome)
+            if outcome.message is None:
+                self._receiver.return_permits(1)
+                return
+            metadata, payload = outcome.message.metadata, outcome.message.payload
+            ids = outcome.message.chunk_ids
+            message_id = MessageId.from_wire(
+                dataclasses.replace(ids[-1], partition=self._partition), first_chunk=ids[0]
+            )
+            self._chunks[entry_key(ids[-1])] = ids
+            bound = compression.DEFAULT_MAX_UNCOMPRESSED_SIZE
+        is_batch = metadata.HasField("num_messages_in_batch")
+        count = metadata.num_messages_in_batch if is_batch else 1
+        if metadata.compression:
+            try:
+                payload = compression.decode(
+                    metadata.compression,
+                    payload,
+                    metadata.uncompressed_size,
+                    max_uncompressed_size=bound,
+                )
+            except compression.CompressionError as exc:
+                logger.warning("%s: discarding %s:%s: %s", self._owner, ledger, entry_id, exc)
+                self._discard(WireMessageId(ledger, entry_id), exc.validation_error, count)
+                return
+        if not is_batch:
+            if message_id is None:
+                message_id = MessageId.of_entry(ledger, entry_id, -1, 0, self._partition)
+            if self.start.active and self.start.before(message_id):
+                self._receiver.return_permits(1)
+                return
+            self._receiver.append(
+                Message(
+                    payload,
+                    message_id,
+                    self._topic,
+                    metadata,
+                    redelivery_count=command.redelivery_count,
+                    schema=self._schema,
+                )
+            )
+            return
+        self._on_batch(command, ledger, entry_id, metadata, payload, count)
+
+    def _on_batch(
+        self,
+        command: pb.CommandMessage,
+        ledger: int,
+        entry_id: int,
+        metadata: pb.MessageMetadata,
+        payload: bytes,
+        count: int,
+    ) -> None:
+        """Queue the messages of a batch entry the broker still has to deliver to us."""
+        try:
+            records = split_batch(payload, count)
+        except (RemoteProtocolError, ValueError) as exc:
+            logger.warning("%s: discarding batch %s:%s: %s", self._owner, ledger, entry_id, exc)
+            self._discard(
+                WireMessageId(ledger, entry_id), AckValidationError.BatchDeSerializeError, count
+            )
+            return
+        # An ack set names the indexes still unacknowledged (a redelivery after partial acks).
+        to_deliver = unacked_indexes(command.ack_set, count) if command.ack_set else None
+        if self._durable:
+            self._batches.delivered(
+                (ledger, entry_id), count, set(range(count)) if to_deliver is None else to_deliver
+            )
+        topic, schema, redelivery = self._topic, self._schema, command.redelivery_count
+        start, partition = self.start, self._partition
+        filters_start = start.active
+        of_entry, from_batch = MessageId.of_entry, Message.from_batch
+        append = self._receiver.messages.append
+        skipped = 0
+        for index, (single, data) in enumerate(records):
+            batch_id = of_entry(ledger, entry_id, index, count, partition)
+            if (to_deliver is not None and index not in to_deliver) or (
+                filters_start and start.before(batch_id)
+            ):
+                skipped += 1
+                continue
+            append(from_batch(topic, batch_id, metadata, single, data, redelivery, schema))
+        if skipped < count:
+            self._receiver.wake()
+        if skipped:
+            self._receiver.return_permits(skipped)
+
+    def _discard(self, wire: WireMessageId, error: AckValidationError | int, permits: int) -> None:
+        if self._durable and self._connection() is not None:
+            self._acks.write(commands.ack(self._consumer_id, [wire], validation_error=int(error)))
+        self._receiver.return_permits(permits)
+
+    def _chunk_outcome(self, outcome: ChunkOutcome) -> None:
+        for wire in outcome.ack:
+            self._acks.add(wire)
+        if outcome.redeliver:
+            self._acks.write(
+                commands.redeliver_unacknowledged_messages(self._consumer_id, outcome.redeliver)
+            )

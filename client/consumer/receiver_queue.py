@@ -1,0 +1,153 @@
+"""A consumer's receiver queue: messages received and not yet handed out, and their permits.
+
+Permits count messages. One comes back per message handed to the application, per batch index
+skipped (already acknowledged, or before a reader's start), per non-final chunk and per
+discarded corrupt entry; FLOW is sent when half the queue's worth has accumulated.
+
+A blocking ``Consumer`` on another thread takes queued messages without a round trip through
+the event loop (``take_for_thread``) and, with nothing queued, waits on a thread event that is
+set when messages arrive (``wait_for_thread``); the permits it owes go back on the loop, a few
+at a time (``settle_owed``). A lock makes "pop and owe its permit" atomic against a clear of
+the queue, which folds the owed permits in as if returned at the pop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import Callable
+
+from client.message import Message
+from client.message_id import MessageId
+
+__all__ = ["ReceiverQueue"]
+
+
+class ReceiverQueue:
+    """The queue of one consumer; ``send_flow(permits)`` writes FLOW if it can (True: sent)."""
+
+    __slots__ = (
+        "_flow_threshold",
+        "_is_open",
+        "_lock",
+        "_owed",
+        "_owed_flush",
+        "_permits",
+        "_send_flow",
+        "_settle_every_take",
+        "_thread_wakeup",
+        "arrived",
+        "last_taken",
+        "messages",
+        "threads_waiting",
+    )
+
+    def __init__(
+        self,
+        size: int,
+        send_flow: Callable[[int], bool],
+        is_open: Callable[[], bool],
+        *,
+        settle_every_take: bool,
+    ) -> None:
+        # Never rebound: the consumer's receive paths hold on to it.
+        self.messages: deque[Message] = deque()
+        self.arrived = asyncio.Event()
+        #: The id of the last message handed out (a reader resumes after it).
+        self.last_taken: MessageId | None = None
+        self._send_flow = send_flow
+        self._is_open = is_open
+        self._permits = 0  # consumed since the last FLOW
+        self._flow_threshold = max(1, size // 2)
+        # A blocking receiver returns its permits in groups of this size (``take_for_thread``).
+        self._owed_flush = max(1, self._flow_threshold // 4)
+        # Handing out needs bookkeeping on the loop (ack timeout, dead letters) for every take.
+        self._settle_every_take = settle_every_take
+        self._lock = threading.Lock()
+        self._owed = 0
+        #: Blocking receivers waiting in other threads for the queue to fill.
+        self.threads_waiting = 0
+        self._thread_wakeup = threading.Event()
+
+    # --- on the loop ------------------------------------------------------------------------
+
+    def append(self, message: Message) -> None:
+        self.messages.append(message)
+        self.wake()
+
+    def wake(self) -> None:
+        """Something was queued (or the consumer closes): wake receivers on the loop and in
+        other threads."""
+        self.arrived.set()
+        if self.threads_waiting:
+            self._thread_wakeup.set()
+
+    def handed_out(self, message_id: MessageId) -> None:
+        """A message left the queue for the application: it owes the broker one permit."""
+        self.last_taken = message_id
+        self._permits += 1
+        if self._permits >= self._flow_threshold:
+            self.return_permits(0)
+
+    def return_permits(self, count: int) -> None:
+        self._permits += count
+        if self._permits >= self._flow_threshold and self._send_flow(self._permits):
+            self._permits = 0
+
+    def reset_permits(self) -> None:
+        """A fresh subscription: FLOW starts from the whole queue again."""
+        self._permits = 0
+
+    def owes_permits(self) -> bool:
+        """Whether a blocking receiver took messages whose permits are not returned yet."""
+        return self._owed > 0
+
+    def settle_owed(self) -> None:
+        """Return the permits of the messages blocking receivers took."""
+        with self._lock:
+            owed, self._owed = self._owed, 0
+        if owed:
+            self.return_permits(owed)
+
+    def clear(self) -> int:
+        """Drop every queued message (the broker sends them again); how many there were."""
+        with self._lock:
+            dropped = len(self.messages)
+            self.messages.clear()
+            self._permits += self._owed  # taken before the clear: returned by then
+            self._owed = 0
+        return dropped
+
+    # --- on other threads -------------------------------------------------------------------
+
+    def take_for_thread(self) -> tuple[Message, bool] | None:
+        """Thread-safe: the next queued message, or None. With it comes whether the caller must
+        settle on the loop (``AsyncConsumer.settle_taken``) before any acknowledgement of it:
+        always when handing out needs bookkeeping, else only every few messages, to return the
+        permits owed so far in one go."""
+        with self._lock:
+            if not self.messages:
+                return None
+            message = self.messages.popleft()
+            self._owed += 1
+            self.last_taken = message.message_id()
+            settle = self._settle_every_take or self._owed >= self._owed_flush
+        return message, settle
+
+    def wait_for_thread(self, timeout: float | None) -> None:
+        """Thread-safe: block the calling thread (not the loop) until a message is queued, the
+        consumer closes, or ``timeout`` seconds pass; the caller then looks again. Much cheaper
+        than a round trip through the loop for every message that is not queued yet."""
+        with self._lock:
+            # Register before looking at the queue: an enqueue either happened before the look
+            # (seen here) or after the registration (it sets the event).
+            self.threads_waiting += 1
+            self._thread_wakeup.clear()
+            empty = not self.messages and self._is_open()
+        try:
+            if empty:
+                self._thread_wakeup.wait(timeout)
+        finally:
+            with self._lock:
+                self.threads_waiting -= 1

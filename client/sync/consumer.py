@@ -1,0 +1,175 @@
+"""``Consumer``: the blocking consumer (``pulsar.Consumer``'s API) over an ``AsyncConsumer``.
+
+``receive`` takes queued messages in the calling thread, without a round trip through the
+client's loop (``AsyncConsumer.take_queued``); acknowledgements reach the loop without waiting.
+``Client.subscribe`` takes ``SubscribeOptions``' parameters, as ``AsyncClient.subscribe`` does,
+then the official ``message_listener`` (``BlockingSubscribeOptions``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from client.consumer import AsyncConsumer, SubscribeOptions
+from client.errors import AlreadyClosed, InvalidConfiguration, OperationNotSupported, Timeout
+from client.message import Message
+from client.message_id import MessageId
+from client.multi_topic import AsyncMultiTopicConsumer
+from client.sync.runner import Runner
+
+__all__ = ["BlockingSubscribeOptions", "Consumer", "MessageListener"]
+
+MessageListener = Callable[["Consumer", Message], None]
+
+
+@dataclass(frozen=True, slots=True)
+class BlockingSubscribeOptions(SubscribeOptions):
+    """``subscribe``'s parameters on the blocking client: ``message_listener`` comes last.
+
+    ``message_listener``: ``listener(consumer, message)`` is called for each message on a
+    thread of this consumer's own (``client.sync.listener``); ``receive`` is then refused.
+    """
+
+    message_listener: MessageListener | None = None
+
+
+class Consumer:
+    """Blocking consumer (``pulsar.Consumer``'s API) over an ``AsyncConsumer``.
+
+    Acknowledgements are handed to the loop without waiting (as the official ones are
+    asynchronous), within 2 ms and many at a time; they are sent in the order they were made,
+    and before anything this consumer does next that waits for the loop (``close``,
+    ``get_last_message_id``...).
+    """
+
+    def __init__(
+        self,
+        runner: Runner,
+        consumer: AsyncConsumer | AsyncMultiTopicConsumer,
+        message_listener: MessageListener | None = None,
+    ) -> None:
+        self._runner = runner
+        self._consumer = consumer
+        self._listener = runner.listeners.start(
+            f"magnetar-listener-{consumer.topic()}-{consumer.subscription_name()}",
+            self._receive,
+            message_listener,
+            self,
+        )
+
+    def topic(self) -> str:
+        return self._consumer.topic()
+
+    def subscription_name(self) -> str:
+        return self._consumer.subscription_name()
+
+    @property
+    def async_consumer(self) -> AsyncConsumer | AsyncMultiTopicConsumer:
+        return self._consumer
+
+    def has_reached_end_of_topic(self) -> bool:
+        """The topic was terminated and everything was delivered (REACHED_END_OF_TOPIC)."""
+        consumer = self._consumer
+        if isinstance(consumer, AsyncConsumer):
+            return consumer.has_reached_end_of_topic()
+        # Several topics or partitions: when every one has (as the Java client).
+        children = consumer.consumers()
+        return bool(children) and all(c.has_reached_end_of_topic() for c in children)
+
+    def receive(self, timeout_millis: int | None = None) -> Message:
+        self._refuse_with_listener()
+        return self._receive(timeout_millis)
+
+    def _refuse_with_listener(self) -> None:
+        if self._listener is not None:
+            raise InvalidConfiguration("this consumer has a message listener: it cannot receive")
+
+    def pause_message_listener(self) -> None:
+        """No more calls to the message listener until ``resume_message_listener``."""
+        if self._listener is not None:
+            self._listener.pause()
+
+    def resume_message_listener(self) -> None:
+        if self._listener is not None:
+            self._listener.resume()
+
+    def _receive(self, timeout_millis: int | None = None) -> Message:
+        consumer = self._consumer
+        if not isinstance(consumer, AsyncConsumer):
+            return self._runner.run(consumer.receive(timeout_millis))
+        # Queued messages are taken here, without a round trip to the loop and back; their
+        # bookkeeping (permits, ack timeout) follows through the inbox, ahead of any
+        # acknowledgement this thread makes next. With nothing queued this thread waits on a
+        # thread event the loop sets when messages arrive.
+        runner = self._runner
+        runner.check_usable()
+        runner.loop_thread.refuse_to_block_the_loop()
+        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
+        while True:
+            taken = consumer.take_queued()
+            if taken is not None:
+                message, settle = taken
+                if settle:
+                    runner.submit_deferred(consumer.settle_taken, message)
+                return message
+            if not consumer.is_receiving():
+                # Closed or failed: the loop's receive raises the right error.
+                return runner.run(consumer.receive(timeout_millis))
+            if consumer.owes_permits():  # returned before waiting, or the broker may stall
+                runner.submit(consumer.settle_taken, None)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise Timeout(f"no message within {timeout_millis} ms")
+            consumer.wait_queued(left)
+
+    def get_last_message_id(self) -> MessageId:
+        """The id of the topic's last message (entry id -1: empty); one topic only.
+
+        It is answered after everything this consumer sent before, acknowledgements included:
+        once it returns, those acknowledgements have reached the broker.
+        """
+        consumer = self._consumer
+        if not isinstance(consumer, AsyncConsumer):
+            raise OperationNotSupported(
+                f"{consumer.topic()} spans several topics or partitions: ask each partition"
+            )
+        return self._runner.run(consumer.get_last_message_id())
+
+    def batch_receive(self, max_num_messages: int = 100, timeout_ms: int = 100) -> list[Message]:
+        self._refuse_with_listener()
+        return self._runner.run(self._consumer.batch_receive(max_num_messages, timeout_ms))
+
+    def acknowledge(self, message: Message | MessageId) -> None:
+        self._runner.submit_deferred(self._consumer.acknowledge, message)
+
+    def acknowledge_cumulative(self, message: Message | MessageId) -> None:
+        self._runner.submit_deferred(self._consumer.acknowledge_cumulative, message)
+
+    def negative_acknowledge(self, message: Message | MessageId) -> None:
+        self._runner.submit_deferred(self._consumer.negative_acknowledge, message)
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        self._runner.submit(self._consumer.redeliver_unacknowledged_messages)
+
+    def seek(self, target: MessageId | int) -> None:
+        self._runner.run(self._consumer.seek(target))
+
+    def unsubscribe(self) -> None:
+        self._runner.run(self._consumer.unsubscribe())
+
+    def close(self) -> None:
+        try:
+            self._runner.run(self._consumer.close())
+        finally:
+            self._runner.listeners.stop(self._listener)
+
+    def __iter__(self) -> Consumer:
+        return self
+
+    def __next__(self) -> Message:
+        try:
+            return self.receive()
+        except AlreadyClosed:
+            raise StopIteration from None

@@ -1,0 +1,77 @@
+"""``ReceiverQueue``: permits come back in FLOWs of half the queue, whoever takes the messages
+(the loop, or a blocking receiver's thread), and a clear folds in what threads owe."""
+
+from __future__ import annotations
+
+import threading
+
+from client.consumer.receiver_queue import ReceiverQueue
+from client.message import Message
+from client.message_id import MessageId
+from protocol import pb
+
+
+def message(entry: int) -> Message:
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=entry, publish_time=1)
+    return Message(b"x", MessageId(-1, 1, entry), "t", metadata)
+
+
+class Flows:
+    def __init__(self, connected: bool = True) -> None:
+        self.sent: list[int] = []
+        self.connected = connected
+
+    def __call__(self, permits: int) -> bool:
+        if self.connected:
+            self.sent.append(permits)
+        return self.connected
+
+
+def test_a_flow_per_half_queue_handed_out() -> None:
+    flows = Flows()
+    queue = ReceiverQueue(10, flows, lambda: True, settle_every_take=False)
+    for entry in range(12):
+        queue.append(message(entry))
+    for _ in range(12):
+        taken = queue.messages.popleft()
+        queue.handed_out(taken.message_id())
+    assert flows.sent == [5, 5]
+    assert queue.last_taken == MessageId(-1, 1, 11)
+
+
+def test_permits_wait_for_a_connection() -> None:
+    flows = Flows(connected=False)
+    queue = ReceiverQueue(4, flows, lambda: True, settle_every_take=False)
+    queue.return_permits(3)
+    flows.connected = True
+    queue.return_permits(0)
+    assert flows.sent == [3]
+
+
+def test_a_thread_owes_permits_until_settled_and_a_clear_folds_them_in() -> None:
+    flows = Flows()
+    queue = ReceiverQueue(16, flows, lambda: True, settle_every_take=False)
+    for entry in range(4):
+        queue.append(message(entry))
+    taken = [queue.take_for_thread() for _ in range(3)]
+    # Every second take asks to settle (16 // 2 // 4 == 2 permits a group).
+    assert [settle for _, settle in taken if _ is not None] == [False, True, True]
+    assert queue.owes_permits()
+    assert queue.clear() == 1
+    assert not queue.owes_permits()
+    queue.return_permits(5)  # 3 owed + 5 = the threshold of 8
+    assert flows.sent == [8]
+
+
+def test_a_waiting_thread_wakes_when_a_message_is_queued() -> None:
+    queue = ReceiverQueue(10, Flows(), lambda: True, settle_every_take=True)
+    waiter = threading.Thread(target=queue.wait_for_thread, args=(10,))
+    waiter.start()
+    while queue.threads_waiting == 0:
+        threading.Event().wait(0.001)
+    queue.append(message(0))
+    waiter.join(5)
+    assert not waiter.is_alive()
+    taken = queue.take_for_thread()
+    assert taken is not None
+    assert taken[1]  # with bookkeeping on every hand-out, every take is settled
