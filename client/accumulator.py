@@ -154,11 +154,7 @@ class BatchAccumulator:
         if not message.is_batchable:
             # A delayed message goes alone, after the batch in progress (sequence order).
             return [*self.drain(), *self._single.add(message, future, now_ms)]
-        limit = self._context.max_message_size()
-        if len(message.payload) > limit:
-            raise MessageTooBig(
-                f"message of {len(message.payload)} bytes exceeds the broker's limit {limit}"
-            )
+        refuse_oversized(self._context, message)
         ops: list[SendOp] = []
         builder = self._builder
         try:
@@ -213,4 +209,14 @@ def _check_size(size: int, context: EntryContext) -> None:
         raise MessageTooBig(
             f"message of {size} bytes (metadata and payload) exceeds the broker's limit "
             f"{limit}; enable chunking to send it"
+        )
+
+
+def refuse_oversized(context: EntryContext, message: OutgoingMessage) -> None:
+    """Raises ``MessageTooBig`` for a payload that alone exceeds the broker's limit: it can join
+    no batch, and nothing is kept of it."""
+    limit = context.max_message_size()
+    if len(message.payload) > limit:
+        raise MessageTooBig(
+            f"message of {len(message.payload)} bytes exceeds the broker's limit {limit}"
         )

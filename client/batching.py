@@ -28,6 +28,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import IntEnum
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -46,6 +47,19 @@ DEFAULT_BATCHING_MAX_MESSAGES = 1000
 DEFAULT_BATCHING_MAX_ALLOWED_SIZE_IN_BYTES = 128 * 1024
 DEFAULT_BATCHING_MAX_PUBLISH_DELAY_MS = 10
 """The official Python client's defaults for the three batch triggers."""
+
+
+class BatchingType(IntEnum):
+    """The official ``pulsar.BatchingType``: how a batching producer groups messages.
+
+    ``Default``: in arrival order, whatever their keys. ``KeyBased``: one batch per key (the
+    ordering key, else the partition key), so a Key_Shared subscription, which routes a batch
+    entry whole by its key, never hands a consumer another consumer's key
+    (``client.key_based_batching``).
+    """
+
+    Default = 0
+    KeyBased = 1
 
 
 class OutgoingMessage(NamedTuple):
@@ -457,6 +471,7 @@ class BatchBuilder:
         codec: CompressionType | int = CompressionType.NONE,
         schema_version: bytes | None = None,
         publish_time: int | None = None,
+        identify_by_highest: bool = False,
     ) -> BuiltEntry:
         """Encode the batch entry and empty the builder.
 
@@ -466,6 +481,10 @@ class BatchBuilder:
             schema_version: from PRODUCER_SUCCESS, stamped on the entry if given.
             publish_time: ms since the epoch; defaults to the time of the first ``add``
                 (the official clients use the first message's publish time).
+            identify_by_highest: the entry's (and SEND's) sequence id is its *highest* one,
+                not its first: key-based batches interleave ids (key A: 0, 3; key B: 1, 2),
+                and only their highest ids are in order across batches, which PIP-6 dedup
+                needs (the Java client's ``BatchMessageKeyBasedContainer`` does the same).
 
         Raises:
             ValueError: the batch is empty.
@@ -473,9 +492,10 @@ class BatchBuilder:
         first = self._first_message
         if first is None:
             raise ValueError("cannot build an empty batch")
+        sequence_id = self._highest_sequence_id if identify_by_highest else first.sequence_id
         metadata = pb.MessageMetadata(
             producer_name=producer_name,
-            sequence_id=first.sequence_id,
+            sequence_id=sequence_id,
             publish_time=self._first_added_at if publish_time is None else publish_time,
             num_messages_in_batch=self._count,
             highest_sequence_id=self._highest_sequence_id,
@@ -489,7 +509,7 @@ class BatchBuilder:
         payload = compress_payload(metadata, b"".join(self._records), codec)
         built = BuiltEntry(
             entry=encode_entry(metadata, payload),
-            sequence_id=first.sequence_id,
+            sequence_id=sequence_id,
             highest_sequence_id=self._highest_sequence_id,
             num_messages=self._count,
             is_batch=True,

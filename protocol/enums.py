@@ -67,10 +67,14 @@ class CompressionType(IntEnum):
 
 
 class KeySharedMode(IntEnum):
-    """``KeySharedMode``."""
+    """``KeySharedMode``: how a Key_Shared subscription splits the key-hash space."""
 
     AUTO_SPLIT = 0
     STICKY = 1
+    # The official ``pulsar.KeySharedMode`` names: aliases, so ``client.KeySharedMode`` is this
+    # enum and a policy built with either spelling sends the same value.
+    AutoSplit = 0
+    Sticky = 1
 
 
 class TopicListMode(IntEnum):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker.dispatch.consumer import Consumer
+from broker.dispatch.key_shared import KeySharedPolicy
 from broker.dispatch.subscription import Subscription
 from broker.errors import (
     BrokerError,
@@ -24,7 +25,7 @@ from broker.errors import (
 from broker.storage import Position
 from broker.topics.positions import find_position_by_publish_time, reader_start, seek_target
 from protocol import commands, pb
-from protocol.enums import AckType, InitialPosition, SubType
+from protocol.enums import AckType, InitialPosition, KeySharedMode, SubType
 from protocol.errors import ServerError
 from protocol.framing import Frame
 from protocol.ids import MessageId, from_u64
@@ -53,6 +54,24 @@ def understands_reached_end_of_topic(client_version: str) -> bool:
     it again, forever. Those clients learn nothing from it, so they do not get it.
     """
     return not client_version.startswith("Pulsar-CPP")
+
+
+def _key_shared_policy(cmd: pb.CommandSubscribe) -> KeySharedPolicy:
+    """A Key_Shared SUBSCRIBE's ``keySharedMeta``; without one, Java's default (AUTO_SPLIT, in
+    order). Hash ranges count in STICKY mode only, as in Java."""
+    if not cmd.HasField("keySharedMeta"):
+        return KeySharedPolicy()
+    meta = cmd.keySharedMeta
+    try:
+        mode = KeySharedMode(meta.keySharedMode)
+    except ValueError:
+        raise MetadataError(f"Unknown key_shared mode {meta.keySharedMode}") from None
+    ranges = tuple((r.start, r.end) for r in meta.hashRanges)
+    return KeySharedPolicy(
+        mode=mode,
+        hash_ranges=ranges if mode == KeySharedMode.STICKY else (),
+        allow_out_of_order_delivery=meta.allowOutOfOrderDelivery,
+    )
 
 
 def _position(message_id: pb.MessageIdData) -> Position:
@@ -143,6 +162,7 @@ class ConsumerEndpoint:
             name=cmd.consumer_name,
             sink=self,
             priority_level=cmd.priority_level,
+            key_shared=_key_shared_policy(cmd) if sub_type == SubType.Key_Shared else None,
         )
         if self._conn.closing:
             return

@@ -22,10 +22,53 @@ acknowledged batch counts its remaining indexes), as Java's ``unackedMessages`` 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from broker.dispatch.key_shared import KeySharedPolicy
 from broker.storage import Position
+
+#: The hash recorded for an entry dispatched outside Key_Shared (no sticky key hash).
+NO_HASH = -1
+
+
+class PendingEntries:
+    """The entries dispatched to one consumer and not yet fully acknowledged, each with the
+    sticky key hash it was dispatched under (Key_Shared; ``NO_HASH`` otherwise), as Java's
+    ``PendingAcksMap``: Key_Shared's draining hashes count what a consumer still holds of a
+    hash, and learn through ``on_release`` when it holds one less."""
+
+    __slots__ = ("_hashes", "on_release")
+
+    def __init__(self) -> None:
+        self._hashes: dict[Position, int] = {}
+        #: Called with the hash of an entry leaving (acknowledged, given back), if set.
+        self.on_release: Callable[[int], None] | None = None
+
+    def add(self, position: Position, key_hash: int = NO_HASH) -> None:
+        """Record ``position``; a hash recorded first (by the consumer selection) is kept."""
+        if key_hash != NO_HASH or position not in self._hashes:
+            self._hashes[position] = key_hash
+
+    def discard(self, position: Position) -> None:
+        key_hash = self._hashes.pop(position, None)
+        if key_hash is not None and key_hash != NO_HASH and self.on_release is not None:
+            self.on_release(key_hash)
+
+    def hashes(self) -> Iterator[tuple[Position, int]]:
+        """``(position, sticky key hash)`` of every pending entry."""
+        return iter(list(self._hashes.items()))
+
+    def __iter__(self) -> Iterator[Position]:
+        # A copy: callers release entries while they walk them (a consumer's give-back).
+        return iter(list(self._hashes))
+
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+    def __contains__(self, position: object) -> bool:
+        return position in self._hashes
 
 
 class ConsumerSink(Protocol):
@@ -65,10 +108,12 @@ class Consumer:
     #: Whether the client gives back a permit for each batch index it skips because the
     #: ``ack_set`` marks it acknowledged (C++ core: yes; Java client since #22091: no).
     returns_permits_for_skipped: bool = True
-    #: Key_Shared AUTO_SPLIT hash ranges owned by this consumer, inclusive bounds.
+    #: Key_Shared: the consumer's ``keySharedMeta`` (None for the other subscription types).
+    key_shared: KeySharedPolicy | None = None
+    #: Key_Shared hash ranges owned by this consumer, inclusive bounds.
     hash_ranges: list[tuple[int, int]] = field(default_factory=list)
     #: entries dispatched to this consumer and not yet fully acknowledged
-    pending: set[Position] = field(default_factory=set)
+    pending: PendingEntries = field(default_factory=PendingEntries)
     messages_out: int = 0
     connected_since: float = 0.0
 

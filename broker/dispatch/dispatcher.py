@@ -271,7 +271,7 @@ class Dispatcher:
             self._cursor.delete([position])
             self.forget(position)
             return True
-        consumer = self._choose_consumer(metadata)
+        consumer = self._choose_consumer(metadata, position)
         if consumer is None:
             return False
         redelivery_count = self._redelivery_counts.get(position, 0)

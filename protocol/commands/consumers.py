@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from protocol._pb import PulsarApi_pb2 as pb
 from protocol.commands.fields import NO_REQUEST_ID, U64_MASK, T, add_key_values
-from protocol.enums import AckType, InitialPosition, SubType
+from protocol.enums import AckType, InitialPosition, KeySharedMode, SubType
 from protocol.errors import LocalProtocolError, ServerError
 from protocol.framing import encode_command, encode_payload_command
 from protocol.ids import MessageId, from_u64, to_u64
@@ -23,6 +23,25 @@ def _ack_set_words(words: Iterable[int]) -> list[int]:
 def _entry_id(target: pb.MessageIdData, message_id: MessageId) -> None:
     target.ledgerId = message_id.ledger_id & U64_MASK
     target.entryId = message_id.entry_id & U64_MASK
+
+
+def key_shared_meta(
+    mode: KeySharedMode | int = KeySharedMode.AUTO_SPLIT,
+    hash_ranges: Iterable[tuple[int, int]] = (),
+    *,
+    allow_out_of_order_delivery: bool = False,
+) -> pb.KeySharedMeta:
+    """SUBSCRIBE's ``keySharedMeta``: the Key_Shared mode, the consumer's inclusive hash ranges
+    (STICKY) and whether the broker may break per-key order when consumers come and go.
+
+    ``allowOutOfOrderDelivery`` is always written, false included, as the C++ client does, so
+    the bytes match the official client's.
+    """
+    meta = pb.KeySharedMeta(keySharedMode=int(mode))  # type: ignore[arg-type]
+    for start, end in hash_ranges:
+        meta.hashRanges.add(start=start, end=end)
+    meta.allowOutOfOrderDelivery = allow_out_of_order_delivery
+    return meta
 
 
 def subscribe(

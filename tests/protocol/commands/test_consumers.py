@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from protocol import commands, pb
-from protocol.enums import AckType, InitialPosition, SubType
+from protocol.commands import consumers as commands_consumers
+from protocol.enums import AckType, InitialPosition, KeySharedMode, SubType
 from protocol.errors import LocalProtocolError
 from protocol.ids import MessageId
 from tests.protocol.commands.frames import U64_MINUS_ONE, T, decode_one, entry, sub
@@ -31,6 +32,28 @@ def test_subscribe() -> None:
     assert request.durable
     assert request.keySharedMeta.keySharedMode == pb.STICKY
     assert not request.HasField("start_message_id")
+
+
+def test_key_shared_meta_carries_mode_ranges_and_the_out_of_order_flag() -> None:
+    meta = commands_consumers.key_shared_meta(
+        KeySharedMode.Sticky, [(0, 99), (200, 65535)], allow_out_of_order_delivery=True
+    )
+    request = sub(
+        commands.subscribe("t", "s", 1, 2, SubType.Key_Shared, key_shared_meta=meta), T.SUBSCRIBE
+    )
+    ksm = request.keySharedMeta
+    assert ksm.keySharedMode == pb.STICKY
+    assert [(r.start, r.end) for r in ksm.hashRanges] == [(0, 99), (200, 65535)]
+    assert ksm.allowOutOfOrderDelivery
+
+
+def test_key_shared_meta_always_states_the_out_of_order_flag() -> None:
+    """As the C++ client: false is written too, and AUTO_SPLIT is the default mode."""
+    meta = commands_consumers.key_shared_meta()
+    assert meta.keySharedMode == pb.AUTO_SPLIT
+    assert meta.HasField("allowOutOfOrderDelivery")
+    assert not meta.allowOutOfOrderDelivery
+    assert not meta.hashRanges
 
 
 def test_subscribe_reader_from_earliest() -> None:
