@@ -66,6 +66,9 @@ class _ProducerState:
     on_settled: Callable[[], None] = field(init=False)
     #: Resolved when ``receipts`` empties (CLOSE_PRODUCER waits for the earlier receipts).
     drained: asyncio.Future[None] | None = None
+    #: The registry's version of the schema the producer declared; PRODUCER_SUCCESS carries
+    #: it (as Java's) and clients stamp it on every message they send.
+    schema_version: bytes | None = None
 
     def __post_init__(self) -> None:
         self.encoder = ReceiptEncoder(self.producer.producer_id)
@@ -137,8 +140,10 @@ class ProducerEndpoint:
             self._send_producer_success(existing.producer, existing.topic, request_id)
             return
         topic = await self._service.get_topic(topic_name, create=True)
+        schema_version = None
         if cmd.HasField("schema"):
-            await self._service.schemas.put(topic_name.full_name, cmd.schema.SerializeToString())
+            schema = cmd.schema.SerializeToString()
+            schema_version = await self._service.schemas.put(topic_name.full_name, schema)
         user_named = cmd.HasField("producer_name") and bool(cmd.producer_name)
         name = cmd.producer_name if user_named else self._service.generate_producer_name()
         producer = Producer(
@@ -150,7 +155,7 @@ class ProducerEndpoint:
             request_id=request_id,
             user_provided_name=user_named,
         )
-        state = _ProducerState(producer, topic)
+        state = _ProducerState(producer, topic, schema_version=schema_version)
         state.on_settled = functools.partial(self._drain_receipts, state)
         self._producers[cmd.producer_id] = state
         requested_epoch = cmd.topic_epoch if cmd.HasField("topic_epoch") else None
@@ -190,11 +195,13 @@ class ProducerEndpoint:
         # Sequence ids arrive as uint64 and dedup keeps them so; the reply's field is an int64
         # (Java's long): send the same 64 bits, or an id >= 2**63 could never be answered.
         last_sequence_id = from_u64(to_u64(topic.last_sequence_id(producer.name)))
+        state = self._producers.get(producer.producer_id)
         self._conn.write(
             commands.producer_success(
                 request_id,
                 producer.name,
                 last_sequence_id=last_sequence_id,
+                schema_version=state.schema_version if state is not None else None,
                 topic_epoch=producer.topic_epoch,
                 producer_ready=True,
             )

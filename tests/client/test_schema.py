@@ -1,5 +1,6 @@
-"""client/schema.py: the same declared schemas and payload bytes as the official package, and
-messages read across both clients through a real broker."""
+"""client/schema/: official ``Record`` classes given to our schemas (code ported halfway) declare
+and write what the official package does, and messages are read across both clients through a
+real broker (raw frames on our side). Our own ``Record`` is tested in tests/client/schema/."""
 
 from __future__ import annotations
 
