@@ -23,7 +23,7 @@ owns the transport), so it needs no reader task: bytes arrive in ``data_received
 * **Loss**: however the connection ends, pending requests fail with ``Disconnected`` (which
   callers retry), every registered handler gets ``on_connection_lost`` and close listeners
   run, exactly once. ``close()`` returns when the transport is gone; nothing is left behind
-  (no task is ever created here).
+  (no task is created here but one answering an AUTH_CHALLENGE).
 """
 
 from __future__ import annotations
@@ -34,7 +34,14 @@ from collections.abc import Callable
 from typing import Protocol, cast
 
 from client.config import CLIENT_VERSION, ClientConfig
-from client.errors import ConnectError, Disconnected, PulsarException, Timeout, from_server_error
+from client.errors import (
+    AuthenticationError,
+    ConnectError,
+    Disconnected,
+    PulsarException,
+    Timeout,
+    from_server_error,
+)
 from client.service_url import Address
 from protocol import Frame, FrameDecoder, RemoteProtocolError, commands, pb
 from protocol.framing import SUB_MESSAGE_NAME
@@ -130,6 +137,7 @@ class Connection(asyncio.Protocol):
         self._producers: dict[int, ProducerHandler] = {}
         self._consumers: dict[int, ConsumerHandler] = {}
         self._close_listeners: list[Callable[[Connection], None]] = []
+        self._challenge_answers: set[asyncio.Task[None]] = set()
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self._keepalive: asyncio.TimerHandle | None = None
@@ -168,6 +176,8 @@ class Connection(asyncio.Protocol):
         connection = cls(logical, physical, config)
         try:
             async with asyncio.timeout(config.connection_timeout):
+                if config.authentication is not None:
+                    await config.authentication.prepare()  # an OAuth2 token, fetched if stale
                 tls = config.ssl_context
                 await connection._loop.create_connection(
                     lambda: connection,
@@ -212,18 +222,25 @@ class Connection(asyncio.Protocol):
 
     def _on_auth_challenge(self, frame: Frame) -> None:
         """The broker wants fresh credentials (an expired token): ask the authentication
-        (a token supplier is called again) and answer on the same connection."""
-        challenge = frame.command.authChallenge
+        (a token supplier is called again, an OAuth2 token fetched) and answer on the same
+        connection. Renewing may need the network, so a task answers; it is kept until done."""
+        task = self._loop.create_task(self._answer_challenge(frame.command.authChallenge))
+        self._challenge_answers.add(task)
+        task.add_done_callback(self._challenge_answers.discard)
+
+    async def _answer_challenge(self, challenge: pb.CommandAuthChallenge) -> None:
         auth = self._config.authentication
-        method = auth.method_name if auth is not None else challenge.challenge.auth_method_name
-        self.write(
-            commands.auth_response(
-                CLIENT_VERSION,
-                method,
-                auth.auth_data() if auth is not None else b"",
-                protocol_version=self.protocol_version or commands.PROTOCOL_VERSION,
-            )
-        )
+        method, data = challenge.challenge.auth_method_name, b""
+        if auth is not None:
+            try:
+                await auth.prepare(renew=True)
+                method, data = auth.method_name, auth.auth_data()
+            except Exception as exc:  # the broker would close us anyway: say why
+                reason = exc if isinstance(exc, PulsarException) else AuthenticationError(str(exc))
+                self.abort(reason)
+                return
+        version = self.protocol_version or commands.PROTOCOL_VERSION
+        self.write(commands.auth_response(CLIENT_VERSION, method, data, protocol_version=version))
 
     def _on_connected(self, frame: Frame) -> None:
         if self._ready:

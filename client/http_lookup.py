@@ -93,6 +93,8 @@ class HttpLookupService:
         scheme = "https" if self._config.ssl_context is not None else "http"
         url = f"{scheme}://{address.host}:{address.port}{path}"
         auth = self._config.authentication
+        if auth is not None:
+            await auth.prepare()  # an OAuth2 token, fetched if stale
         header = auth.http_authorization() if auth is not None else None
         headers = {"Authorization": header} if header else None
         ssl_context = self._config.ssl_context or True  # True: aiohttp's default checks

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,7 +61,7 @@ async def _round_trip(client: AsyncClient, topic: str) -> None:
 
 async def test_token_basic_and_tls(secure: SecureBroker) -> None:
     files = secure.clients["tls-client"]
-    cases: list[tuple[str, Authentication, dict[str, object]]] = [
+    cases: list[tuple[str, Authentication, dict[str, Any]]] = [
         (secure.url, AuthenticationToken(secure.token("bcrypt-user")), {}),
         (secure.url, AuthenticationBasic("apr-user", "apr-pass"), {}),
         (
@@ -75,21 +76,29 @@ async def test_token_basic_and_tls(secure: SecureBroker) -> None:
         ),
     ]
     for index, (url, auth, options) in enumerate(cases):
-        async with AsyncClient(url, 10, authentication=auth, **options) as client:
+        async with AsyncClient(
+            url, operation_timeout_seconds=10, authentication=auth, **options
+        ) as client:
             await _round_trip(client, f"{TOPIC}-{index}")
 
 
 async def test_refusals(secure: SecureBroker) -> None:
-    async with AsyncClient(secure.url, 5, authentication=AuthenticationToken("bad")) as client:
+    async with AsyncClient(
+        secure.url, operation_timeout_seconds=5, authentication=AuthenticationToken("bad")
+    ) as client:
         with pytest.raises(AuthenticationError):
             await client.create_producer(TOPIC)
     token = AuthenticationToken(secure.token(CONSUMER))
-    async with AsyncClient(secure.url, 5, authentication=token) as client:
+    async with AsyncClient(secure.url, operation_timeout_seconds=5, authentication=token) as client:
         with pytest.raises(AuthorizationError):
             await client.create_producer(TOPIC)
     basic = AuthenticationBasic("apr-user", "wrong")
-    options = {"tls_trust_certs_file_path": str(secure.pki.ca_file)}
-    async with AsyncClient(secure.https, 5, authentication=basic, **options) as client:
+    async with AsyncClient(
+        secure.https,
+        operation_timeout_seconds=5,
+        authentication=basic,
+        tls_trust_certs_file_path=str(secure.pki.ca_file),
+    ) as client:
         with pytest.raises(AuthenticationError):
             await client.create_producer(TOPIC)
 
@@ -111,11 +120,16 @@ async def test_hostname_verification(tmp_path: Path) -> None:
     try:
         # The chain is trusted but the certificate does not name 127.0.0.1.
         async with AsyncClient(
-            url, 2, tls_trust_certs_file_path=trust, tls_validate_hostname=True
+            url,
+            operation_timeout_seconds=2,
+            tls_trust_certs_file_path=trust,
+            tls_validate_hostname=True,
         ) as client:
             with pytest.raises(Exception, match=r"(?i)certificate|hostname"):
                 await client.create_producer("hostname-checked")
-        async with AsyncClient(url, 10, tls_trust_certs_file_path=trust) as client:
+        async with AsyncClient(
+            url, operation_timeout_seconds=10, tls_trust_certs_file_path=trust
+        ) as client:
             await (await client.create_producer("hostname-not-checked")).send(b"x")
     finally:
         running.stop()
@@ -131,7 +145,9 @@ async def test_token_supplier_refreshes_an_expiring_token(secure: SecureBroker) 
             calls += 1
         return secure.token("bcrypt-user", expires_in=2)
 
-    async with AsyncClient(secure.url, 10, authentication=AuthenticationToken(supplier)) as client:
+    async with AsyncClient(
+        secure.url, operation_timeout_seconds=10, authentication=AuthenticationToken(supplier)
+    ) as client:
         consumer = await client.subscribe(TOPIC + "-refresh", "s")
         producer = await client.create_producer(TOPIC + "-refresh")
         connections = client._pool.connections
@@ -147,7 +163,7 @@ def test_blocking_client_with_tls_authentication(secure: SecureBroker) -> None:
     files = secure.clients["tls-client"]
     with Client(
         secure.tls_url,
-        10,
+        operation_timeout_seconds=10,
         authentication=AuthenticationTLS(str(files.cert), str(files.key)),
         tls_trust_certs_file_path=str(secure.pki.ca_file),
         tls_validate_hostname=True,
