@@ -6,9 +6,19 @@ Pulsar service through the sans-I/O ``protocol`` package. Names follow the offic
 ``from pulsar import ...``. See ``client.producer`` for the effectively-once guarantees.
 """
 
-from client.auth import AuthenticationBasic, AuthenticationTLS, AuthenticationToken
+from client.auth import (
+    Authentication,
+    AuthenticationAthenz,
+    AuthenticationBasic,
+    AuthenticationOauth2,
+    AuthenticationTLS,
+    AuthenticationToken,
+)
+from client.batching import BatchingType
 from client.client import AsyncClient
 from client.consumer import AsyncConsumer, ConsumerType, RegexSubscriptionMode
+from client.consumer.batch_receive import BatchReceivePolicy, ConsumerBatchReceivePolicy
+from client.consumer.policies import ConsumerCryptoFailureAction
 from client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterPolicy
 from client.effectively_once import AsyncEffectivelyOnceReader, EffectivelyOnceReader
 from client.errors import (
@@ -61,12 +71,15 @@ from client.errors import (
     UnknownError,
     UnsupportedVersionError,
 )
+from client.key_shared import ConsumerKeySharedPolicy, KeySharedMode
 from client.message import Message
 from client.message_id import MessageId
 from client.multi_topic import AsyncMultiTopicConsumer
 from client.producer import AsyncProducer
 from client.reader import AsyncReader
-from client.sync import Client, Consumer, Producer, Reader
+from client.routing import PartitionsRoutingMode
+from client.schema import BytesSchema
+from client.sync import Client, Consumer, Producer, Reader, TableView
 from protocol.enums import CompressionType, InitialPosition, ProducerAccessMode
 
 __all__ = [
@@ -77,13 +90,19 @@ __all__ = [
     "AsyncMultiTopicConsumer",
     "AsyncProducer",
     "AsyncReader",
+    "Authentication",
+    "AuthenticationAthenz",
     "AuthenticationBasic",
     "AuthenticationError",
+    "AuthenticationOauth2",
     "AuthenticationTLS",
     "AuthenticationToken",
     "AuthorizationError",
+    "BatchReceivePolicy",
+    "BatchingType",
     "BrokerMetadataError",
     "BrokerPersistenceError",
+    "BytesSchema",
     "ChecksumError",
     "Client",
     "ClientUsedAfterFork",
@@ -91,8 +110,11 @@ __all__ = [
     "ConnectError",
     "Consumer",
     "ConsumerAssignError",
+    "ConsumerBatchReceivePolicy",
     "ConsumerBusy",
+    "ConsumerCryptoFailureAction",
     "ConsumerDeadLetterPolicy",
+    "ConsumerKeySharedPolicy",
     "ConsumerNotFound",
     "ConsumerNotInitialized",
     "ConsumerType",
@@ -109,6 +131,7 @@ __all__ = [
     "InvalidTopicName",
     "InvalidTxnStatusError",
     "InvalidUrl",
+    "KeySharedMode",
     "LookupError",
     "MemoryBufferIsFull",
     "Message",
@@ -117,6 +140,7 @@ __all__ = [
     "NotAllowedError",
     "NotConnected",
     "OperationNotSupported",
+    "PartitionsRoutingMode",
     "Producer",
     "ProducerAccessMode",
     "ProducerBlockedQuotaExceededError",
@@ -132,6 +156,7 @@ __all__ = [
     "Result",
     "ServiceUnitNotReady",
     "SubscriptionNotFound",
+    "TableView",
     "Timeout",
     "TooManyLookupRequestException",
     "TopicNotFound",

@@ -12,13 +12,14 @@ child gets ``ClientUsedAfterFork`` from it and must create its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import os
 import re
 from types import TracebackType
-from typing import Any
 
+from client.arguments import check_number, check_type, check_type_or_none
 from client.auth import Authentication
 from client.config import ClientConfig
 from client.connection import Connection
@@ -55,18 +56,6 @@ from protocol.enums import TopicListMode
 
 __all__ = ["AsyncClient", "new_lookup"]
 
-#: Options of the official ``pulsar.Client`` that tune its C++ core; accepted and ignored.
-_CORE_TUNING_OPTIONS = frozenset(
-    {
-        "io_threads",
-        "message_listener_threads",
-        "concurrent_lookup_requests",
-        "log_conf_file_path",
-        "stats_interval_in_seconds",
-        "logger",
-    }
-)
-
 
 class AsyncClient:
     """A client of one Pulsar service (Magnetar or Apache Pulsar).
@@ -87,38 +76,67 @@ class AsyncClient:
             imply it); ``tls_trust_certs_file_path``, ``tls_allow_insecure_connection``,
             ``tls_validate_hostname``, ``tls_certificate_file_path`` /
             ``tls_private_key_file_path`` as in the official client (``client/tls.py``).
-        official_options: other ``pulsar.Client`` options, which tune the C++ core
-            (``io_threads``, ``logger``, ...): accepted and ignored.
+        io_threads, message_listener_threads, concurrent_lookup_requests,
+        log_conf_file_path, stats_interval_in_seconds, logger: the official options that
+            tune its C++ core: accepted and ignored (this client logs through ``logging``).
+
+    Raises:
+        ValueError: an argument of the wrong type (as the official client).
     """
 
     def __init__(
         self,
         service_url: str,
-        operation_timeout_seconds: float = 30,
-        *,
-        connection_timeout_ms: int = 10_000,
-        keep_alive_interval_seconds: float = 30,
-        initial_backoff_interval_ms: int = 100,
-        max_backoff_interval_ms: int = 60_000,
-        listener_name: str | None = None,
-        partitions_update_interval_seconds: float = 60,
         authentication: Authentication | None = None,
+        operation_timeout_seconds: float = 30,
+        io_threads: int = 1,
+        message_listener_threads: int = 1,
+        concurrent_lookup_requests: int = 50_000,
+        log_conf_file_path: str | None = None,
+        stats_interval_in_seconds: int = 600,
         use_tls: bool = False,
         tls_trust_certs_file_path: str | None = None,
         tls_allow_insecure_connection: bool = False,
         tls_validate_hostname: bool = False,
-        tls_certificate_file_path: str | None = None,
+        logger: object = None,
+        connection_timeout_ms: int = 10_000,
+        listener_name: str | None = None,
         tls_private_key_file_path: str | None = None,
-        **official_options: Any,
+        tls_certificate_file_path: str | None = None,
+        *,
+        keep_alive_interval_seconds: float = 30,
+        initial_backoff_interval_ms: int = 100,
+        max_backoff_interval_ms: int = 60_000,
+        partitions_update_interval_seconds: float = 60,
     ) -> None:
-        unknown = set(official_options) - _CORE_TUNING_OPTIONS
-        if unknown:
-            raise TypeError(f"unexpected keyword arguments: {sorted(unknown)}")
-        if authentication is not None and not isinstance(authentication, Authentication):
-            raise OperationNotSupported(
-                "authentication must come from client.auth (AuthenticationToken, "
-                "AuthenticationBasic, AuthenticationTLS)"
-            )
+        # The official parameters, in its order, checked as it checks them (ValueError); the
+        # C++ core's tuning (threads, lookups in flight, logging, stats) is accepted and
+        # ignored. Ours come after, by keyword only.
+        check_type(str, service_url, "service_url")
+        check_type_or_none(Authentication, authentication, "authentication")
+        check_number(operation_timeout_seconds, "operation_timeout_seconds")
+        check_number(connection_timeout_ms, "connection_timeout_ms")
+        for name, value in (
+            ("io_threads", io_threads),
+            ("message_listener_threads", message_listener_threads),
+            ("concurrent_lookup_requests", concurrent_lookup_requests),
+            ("stats_interval_in_seconds", stats_interval_in_seconds),
+        ):
+            check_type(int, value, name)
+        check_type_or_none(str, log_conf_file_path, "log_conf_file_path")
+        for name, flag in (
+            ("use_tls", use_tls),
+            ("tls_allow_insecure_connection", tls_allow_insecure_connection),
+            ("tls_validate_hostname", tls_validate_hostname),
+        ):
+            check_type(bool, flag, name)
+        for name, path in (
+            ("tls_trust_certs_file_path", tls_trust_certs_file_path),
+            ("listener_name", listener_name),
+            ("tls_private_key_file_path", tls_private_key_file_path),
+            ("tls_certificate_file_path", tls_certificate_file_path),
+        ):
+            check_type_or_none(str, path, name)
         self._service_url = ServiceUrl.parse(service_url)
         ssl_context = None
         if use_tls or self._service_url.tls:
@@ -264,6 +282,8 @@ class AsyncClient:
             if isinstance(topic, re.Pattern)
             else self.config.partitions_update_interval,
             name=name,
+            consumer_name=config.consumer_name,
+            batch_receive_policy=config.batch_receive_policy,
         )
         return await self._start_composite(multi)
 
@@ -293,7 +313,13 @@ class AsyncClient:
         start_message_id = options.start_message_id
         full_name = _full_topic_name(options.topic)
         if await self._lookup.partitioned_metadata(full_name) == 0:
-            return AsyncReader(await self._start_consumer(full_name, config))
+            reader = AsyncReader(await self._start_consumer(full_name, config))
+            try:
+                await reader.include_head()
+            except BaseException:
+                await reader.close()
+                raise
+            return reader
         if start_message_id not in (MessageId.earliest, MessageId.latest):
             raise InvalidConfiguration(
                 f"{full_name} is partitioned: a reader of it starts from earliest or latest "
@@ -378,11 +404,27 @@ class AsyncClient:
         if self._closed:
             return
         self._closed = True
+        await self._close_all(deliver=True)
+
+    async def shutdown(self) -> None:
+        """Close at once, as the official ``shutdown``: producers give up what is pending
+        (``AlreadyClosed``) instead of delivering it first; idempotent."""
+        if self._pid != current_pid():
+            self._closed = True
+            return
+        if self._closed:
+            return
+        self._closed = True
+        await self._close_all(deliver=False)
+
+    async def _close_all(self, *, deliver: bool) -> None:
         composites = list(self._composites)
-        await asyncio.gather(*(composite.close() for composite in composites))
+        await asyncio.gather(*(_close_quietly(composite) for composite in composites))
         producers = list(self._producers)
         consumers = list(self._consumers)
-        await asyncio.gather(*(producer.close() for producer in producers))
+        await asyncio.gather(
+            *(producer.close() if deliver else producer.shutdown() for producer in producers)
+        )
         await asyncio.gather(*(consumer.close() for consumer in consumers))
         await self._lookup.close()
         await self._pool.close()
@@ -420,6 +462,12 @@ def new_lookup(pool: ConnectionPool, service_url: ServiceUrl, config: ClientConf
 
         return HttpLookupService(service_url, config)
     return LookupService(pool, service_url, config)
+
+
+async def _close_quietly(closable: AsyncPartitionedProducer | AsyncMultiTopicConsumer) -> None:
+    # One the application closed before: a second close raises AlreadyClosed, as the official.
+    with contextlib.suppress(AlreadyClosed):
+        await closable.close()
 
 
 def _full_topic_name(topic: str) -> str:

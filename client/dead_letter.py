@@ -20,13 +20,15 @@ rewinding the whole subscription. In a batch, only the messages not acknowledged
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from client.acks import EntryKey
-from client.errors import ConsumerBusy, InvalidConfiguration
+from client.arguments import check_type
+from client.errors import AlreadyClosed, ConsumerBusy
 from client.message import Message
 from client.message_id import MessageId
 from protocol.enums import InitialPosition, SubType
@@ -61,8 +63,10 @@ class ConsumerDeadLetterPolicy:
     initial_subscription_name: str | None = None
 
     def __post_init__(self) -> None:
+        # ValueError, as the official (the C++ policy builder refuses it as an argument).
+        check_type(int, self.max_redeliver_count, "max_redeliver_count")
         if self.max_redeliver_count < 1:
-            raise InvalidConfiguration("max_redeliver_count must be greater than 0")
+            raise ValueError("max_redeliver_count must be greater than 0")
 
     def topic_for(self, topic: str, subscription: str) -> str:
         """The dead-letter topic of ``subscription`` on ``topic``."""
@@ -180,12 +184,24 @@ class DeadLetterSender:
             if messages is None:
                 rest.append(key)
                 continue
-            task = asyncio.get_running_loop().create_task(
-                self._send_then(key, messages, on_stored, on_failed)
-            )
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
+            self.send_now(key, messages, on_stored, on_failed)
         return rest
+
+    def send_now(
+        self,
+        key: EntryKey,
+        messages: list[Message],
+        on_stored: Callable[[list[Message]], None],
+        on_failed: Callable[[EntryKey, Exception], None],
+    ) -> None:
+        """Start publishing ``messages`` (of entry ``key``), reported as ``send_due`` does: for
+        an entry that arrived redelivered more than the policy allows."""
+        self._last_deliveries.pop(key, None)
+        task = asyncio.get_running_loop().create_task(
+            self._send_then(key, messages, on_stored, on_failed)
+        )
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
 
     async def _send_then(
         self,
@@ -248,4 +264,6 @@ class DeadLetterSender:
         await asyncio.gather(*self._sending, return_exceptions=True)
         producer, self._producer = self._producer, None
         if producer is not None:
-            await producer.close()
+            # Closing the client may have closed it first (a second close raises).
+            with contextlib.suppress(AlreadyClosed):
+                await producer.close()

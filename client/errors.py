@@ -346,8 +346,9 @@ class InvalidTopicName(PulsarException):
     result = Result.InvalidTopicName
 
 
-class InvalidUrl(PulsarException):
-    """Invalid service URL."""
+class InvalidUrl(PulsarException, ValueError):
+    """Invalid service URL. Also a ``ValueError``: the official client refuses a malformed
+    service URL with ``ValueError`` when the client is built."""
 
     result = Result.InvalidUrl
 

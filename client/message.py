@@ -172,6 +172,12 @@ class Message:
     def schema_version(self) -> bytes:
         return self._metadata.schema_version
 
+    def encryption_context(self) -> None:
+        """The official ``Message.encryption_context()``: None for a message that was not
+        encrypted, which every message is here (end-to-end encryption is not implemented:
+        a producer refuses ``encryption_key``, a consumer ``crypto_key_reader``)."""
+        return None
+
     def __repr__(self) -> str:
         return f"Message(id={self._message_id}, topic={self._topic!r}, {len(self._data)} bytes)"
 

@@ -17,7 +17,7 @@ last chunk's, as C++ ``ChunkMessageIdImpl``). Tests compare with the official pa
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from protocol import pb
 from protocol.ids import I64_MAX, to_u64
@@ -106,6 +106,24 @@ class MessageId:
         message_id._first_chunk = None
         message_id._topic = None
         return message_id
+
+    @classmethod
+    def wrap(cls, msg_id: Any) -> MessageId:
+        """The official ``MessageId.wrap``: a ``MessageId`` from another client's id (any
+        object with ``ledger_id()``, ``entry_id()``, ``batch_index()`` and ``partition()``,
+        such as ``pulsar.MessageId``); one of ours is returned as it is.
+
+        Raises:
+            TypeError: anything else.
+        """
+        if isinstance(msg_id, MessageId):
+            return msg_id
+        try:
+            return cls(
+                msg_id.partition(), msg_id.ledger_id(), msg_id.entry_id(), msg_id.batch_index()
+            )
+        except AttributeError:
+            raise TypeError(f"cannot wrap a {type(msg_id).__name__} as a MessageId") from None
 
     def position(self) -> tuple[int, int, int, int]:
         """``(ledger_id, entry_id, batch_index, batch_size)`` in one call (acks need all four)."""

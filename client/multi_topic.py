@@ -22,15 +22,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
 from collections import deque
 from collections.abc import Awaitable, Callable
 
 from client.consumer import AsyncConsumer
+from client.consumer.batch_receive import (
+    DEFAULT_BATCH_RECEIVE_POLICY,
+    BatchReceivePolicy,
+    gather_batch,
+)
 from client.errors import (
     AlreadyClosed,
     InvalidConfiguration,
     InvalidTopicName,
+    OperationNotSupported,
     PulsarException,
     Timeout,
 )
@@ -77,6 +84,8 @@ class AsyncMultiTopicConsumer:
         expand: ListTopics | None = None,
         discovery_period: float = 60,
         name: str | None = None,
+        consumer_name: str | None = None,
+        batch_receive_policy: BatchReceivePolicy = DEFAULT_BATCH_RECEIVE_POLICY,
     ) -> None:
         if (topics is None) == (pattern is None):
             raise InvalidConfiguration("give either topics or a pattern")
@@ -88,6 +97,8 @@ class AsyncMultiTopicConsumer:
         self._expand = expand
         self._discovery_period = discovery_period
         self._name = name
+        self._consumer_name = consumer_name or os.urandom(5).hex()
+        self._batch_receive_policy = batch_receive_policy
         self._capacity = max(1, receiver_queue_size)
         self._children: dict[str, AsyncConsumer] = {}
         self._pumps: dict[str, asyncio.Task[None]] = {}
@@ -212,23 +223,20 @@ class AsyncMultiTopicConsumer:
         return self._take()
 
     async def batch_receive(
-        self, max_num_messages: int = 100, timeout_ms: int = 100
+        self, max_num_messages: int | None = None, timeout_ms: int | None = None
     ) -> list[Message]:
-        out: list[Message] = []
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
-        while len(out) < max_num_messages:
-            if self._queue:
-                out.append(self._take())
-                continue
-            left = deadline - loop.time()
-            if left <= 0:
-                break
-            try:
-                out.append(await self.receive(max(1, int(left * 1000))))
-            except Timeout:
-                break
-        return out
+        """See ``AsyncConsumer.batch_receive``."""
+        policy = self._batch_receive_policy
+        return await gather_batch(
+            self.receive,
+            self._check_open,
+            policy.getMaxNumMessages() if max_num_messages is None else max_num_messages,
+            policy.getMaxNumBytes(),
+            policy.getTimeoutMs() if timeout_ms is None else timeout_ms,
+        )
+
+    def consumer_name(self) -> str:
+        return self._consumer_name
 
     def _take(self) -> Message:
         message = self._queue.popleft()
@@ -262,7 +270,7 @@ class AsyncMultiTopicConsumer:
         for child in self._children.values():
             child.redeliver_unacknowledged_messages()
 
-    async def seek(self, target: MessageId | int) -> None:
+    async def seek(self, messageid: MessageId | int) -> None:
         """Move the subscription, as the official multi-topic consumers do: a publish time
         (ms), ``MessageId.earliest`` or ``MessageId.latest`` moves it on every topic; the id of
         a message of one topic (from its message, or ``MessageId.deserialize(data, topic)``)
@@ -272,6 +280,7 @@ class AsyncMultiTopicConsumer:
             InvalidConfiguration: an id that names no topic and is neither earliest nor latest,
                 or the id of a topic this consumer does not read.
         """
+        target = messageid  # the official parameter name
         self._check_open()
         children = list(self._children.values())
         if isinstance(target, MessageId) and target not in (MessageId.earliest, MessageId.latest):
@@ -344,7 +353,9 @@ class AsyncMultiTopicConsumer:
         topic = message.topic_name()
         child = self._children.get(topic) if topic is not None else None
         if child is None:
-            raise InvalidConfiguration(
+            # OperationNotSupported, as the official multi-topic consumer answers an id that
+            # names no topic of it.
+            raise OperationNotSupported(
                 f"{message!r} is not from a topic of this consumer (ids must come from its "
                 "messages, or MessageId.deserialize(data, topic))"
             )

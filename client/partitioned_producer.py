@@ -112,8 +112,8 @@ class AsyncPartitionedProducer(SendApi):
 
     async def close(self) -> None:
         """Close every partition's producer (each delivers what it has pending first)."""
-        if self._closed:
-            return
+        if self._closed:  # as the official (and AsyncProducer): a second close says so
+            raise AlreadyClosed(f"producer on {self._topic} is already closed")
         self._closed = True
         task, self._updates = self._updates, None
         if task is not None:

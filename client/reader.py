@@ -6,6 +6,11 @@ filters out what precedes the start, inside batches too, honouring
 ``start_message_id_inclusive`` as the official clients do. After a reconnection it resumes
 after the last message it handed out.
 
+A reader at ``latest`` with ``start_message_id_inclusive`` starts at the topic's last message
+(``include_head``), as the Java client's does at once; the C++ one only moves there once
+``has_message_available()`` is called (``read_next`` alone times out there), so both ways read
+the last message here.
+
 ``has_message_available()`` follows the C++ client: a queued message answers yes at once;
 otherwise GET_LAST_MESSAGE_ID is compared with the last message read (or, before any, with the
 start id; a reader started at ``latest`` compares the subscription's mark-delete position).
@@ -43,10 +48,10 @@ class _Reader(Generic[C]):
         """The next message; ``Timeout`` when none comes within ``timeout_millis``."""
         return await self._consumer.receive(timeout_millis)
 
-    async def seek(self, target: MessageId | int) -> None:
+    async def seek(self, messageid: MessageId | int) -> None:
         """Move to a message id or a publish time (ms since the epoch); on several partitions
         see ``AsyncMultiTopicConsumer.seek``."""
-        await self._consumer.seek(target)
+        await self._consumer.seek(messageid)
 
     async def close(self) -> None:
         await self._consumer.close()
@@ -98,6 +103,15 @@ class AsyncReader(_Reader[AsyncConsumer]):
     async def get_last_message_id(self) -> MessageId:
         """The id of the topic's last message (entry id -1 when it is empty)."""
         return await self._consumer.get_last_message_id()
+
+    async def include_head(self) -> None:
+        """Started at ``latest``, inclusive: move to the last message, so it is read first
+        (nothing to do on an empty topic)."""
+        consumer = self._consumer
+        if consumer.start_message_id == _LATEST and consumer.start_inclusive:
+            last = await consumer.get_last_message_id()
+            if last.entry_id() >= 0:
+                await consumer.seek(last)
 
 
 class AsyncMultiTopicReader(_Reader[AsyncMultiTopicConsumer]):

@@ -37,15 +37,34 @@ _NAMED = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEY
 
 
 def takes(
-    options: Callable[P, Opts],
+    options: Callable[P, Opts], *, placed: dict[str, int] | None = None
 ) -> Callable[[Callable[[S, Opts], R]], Callable[Concatenate[S, P], R]]:
-    """Give the decorated ``method(self, options)`` the parameters of ``options``'s fields."""
+    """Give the decorated ``method(self, options)`` the parameters of ``options``'s fields.
+
+    ``placed`` moves fields to other positions (name -> index among the parameters after
+    ``self``): the official ``subscribe`` has ``message_listener`` fifth, and a subclass's
+    fields come last. Positional arguments then follow the published order.
+    """
     fields = list(inspect.signature(options).parameters.values())
+    for name, index in (placed or {}).items():
+        moved = next(field for field in fields if field.name == name)
+        fields.remove(moved)
+        fields.insert(index, moved)
+    published = inspect.Signature(fields)
 
     def decorate(method: Callable[[S, Opts], R]) -> Callable[Concatenate[S, P], R]:
-        @functools.wraps(method)
-        def with_options(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
-            return method(self, options(*args, **kwargs))
+        if placed:
+
+            @functools.wraps(method)
+            def with_options(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+                # By name: the dataclass's own order is not the published one.
+                build: Callable[..., Opts] = options
+                return method(self, build(**published.bind(*args, **kwargs).arguments))
+        else:
+
+            @functools.wraps(method)
+            def with_options(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+                return method(self, options(*args, **kwargs))
 
         own = inspect.signature(method)
         this = next(iter(own.parameters.values()))

@@ -33,13 +33,26 @@ from protocol.commands import AckIdentity
 from protocol.enums import AckType, SubType
 from protocol.ids import MessageId as WireMessageId
 
-__all__ = ["Acknowledger", "AcknowledgingConsumer", "tracks_handouts"]
+__all__ = ["Acknowledger", "AcknowledgingConsumer", "id_of", "tracks_handouts"]
 
 logger = logging.getLogger(__name__)
 
 _SHARED_TYPES = frozenset({SubType.Shared, SubType.Key_Shared})
 # A redelivery request names at most this many entries.
 _REDELIVER_AT_ONCE = 1000
+
+
+def id_of(message: Message | MessageId) -> MessageId:
+    """The id to acknowledge for ``message``.
+
+    Raises:
+        TypeError: neither a Message nor a MessageId (as the official).
+    """
+    if isinstance(message, Message):
+        return message.message_id()
+    if isinstance(message, MessageId):
+        return message
+    raise TypeError(f"expected a Message or MessageId, not {type(message).__name__}")
 
 
 def tracks_handouts(config: ConsumerConfig, dead_letter: DeadLetterSender | None) -> bool:
@@ -173,6 +186,14 @@ class Acknowledger:
             else:
                 consumer.redeliver_unacknowledged_messages()
         self.redelivery.arm_for_next()
+
+    def dead_letter_now(self, key: EntryKey, messages: list[Message]) -> None:
+        """``messages`` of entry ``key`` arrived redelivered more often than the dead-letter
+        policy allows (after ``redeliver_unacknowledged_messages``, or a crash of a consumer
+        before): published to the dead-letter topic without reaching the application."""
+        if self._dead_letter is not None:
+            self.redelivery.forget(key)
+            self._dead_letter.send_now(key, messages, self._dead_lettered, self._dead_letter_failed)
 
     def _dead_lettered(self, messages: list[Message]) -> None:
         """The dead-letter topic stored these messages: acknowledge them here."""

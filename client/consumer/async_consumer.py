@@ -11,8 +11,11 @@ What it does, as the official C++ client does unless said otherwise:
   (``client.consumer.receiver_queue``); acknowledgements, negative ones and redelivery:
   ``client.consumer.acknowledgements``. Redelivery of everything (Exclusive/Failover) also
   clears the receiver queue.
-* **Seek** by id or publish time: the broker disconnects the consumer, resets the cursor and
-  answers; ``seek`` returns once the consumer has resubscribed.
+* **Seek** by id or publish time: the grouped acknowledgements leave first (else they would
+  land after the rewind and acknowledge what it brings back), then the broker disconnects
+  the consumer, resets the cursor and answers; ``seek`` returns once the consumer has
+  resubscribed. A seek by id excludes that message unless ``start_message_id_inclusive``.
+* **Zero queue** (``receiver_queue_size`` 0): one FLOW per ``receive``, never a timeout.
 * **Readers** (``durable=False``): the subscription starts at ``start_message_id``; messages
   before it are filtered out; after a reconnection the reader resumes after the last message
   it handed out.
@@ -24,17 +27,26 @@ import asyncio
 import contextlib
 import enum
 import logging
+import os
 from typing import TYPE_CHECKING, Protocol
 
 from client.acks import BatchAcks
 from client.config import ClientConfig
 from client.consumer.ack_grouping import AckGrouper
-from client.consumer.acknowledgements import Acknowledger, tracks_handouts
+from client.consumer.acknowledgements import Acknowledger, id_of, tracks_handouts
+from client.consumer.batch_receive import gather_batch
 from client.consumer.config import ConsumerConfig
 from client.consumer.entries import EntryDecoder
 from client.consumer.receiver_queue import ReceiverQueue
 from client.dead_letter import DeadLetterSender
-from client.errors import AlreadyClosed, Disconnected, NotConnected, PulsarException, Timeout
+from client.errors import (
+    AlreadyClosed,
+    Disconnected,
+    InvalidConfiguration,
+    NotConnected,
+    PulsarException,
+    Timeout,
+)
 from client.message import Message
 from client.message_id import MessageId
 from protocol import Frame, commands
@@ -109,6 +121,13 @@ class AsyncConsumer:
         self._acknowledger = Acknowledger(
             self, consumer_id, config, self._acks, batches, self._entries, dead_letter
         )
+        if dead_letter is not None:
+            self._entries.exhausted_after = dead_letter.policy.max_redeliver_count
+            self._entries.on_exhausted = self._acknowledger.dead_letter_now
+        # The official clients name an unnamed consumer themselves (10 hex digits).
+        self._name = config.consumer_name or os.urandom(5).hex()
+        if self._receiver.zero:  # an instance attribute: the usual path pays nothing
+            self.on_message = self._on_message_zero_queue  # type: ignore[method-assign]
 
     # --- what the application sees ------------------------------------------------------
 
@@ -117,6 +136,10 @@ class AsyncConsumer:
 
     def subscription_name(self) -> str:
         return self._config.subscription_name
+
+    def consumer_name(self) -> str:
+        """This consumer's name (``consumer_name``, else one made up, as the official)."""
+        return self._name
 
     def is_connected(self) -> bool:
         return self._state is _State.READY
@@ -138,12 +161,17 @@ class AsyncConsumer:
         receiver = self._receiver
         if receiver.owes_permits():  # a blocking receiver's, not yet returned: before waiting
             receiver.settle_owed()
+        zero = receiver.zero
+        if zero:
+            self.check_zero_queue_timeout(timeout_millis)
         arrived = receiver.arrived
         try:
             async with asyncio.timeout(None if timeout_millis is None else timeout_millis / 1000):
                 while not queue:
                     self._check_open()
                     arrived.clear()
+                    if zero:
+                        receiver.ask_one()
                     await arrived.wait()
         except TimeoutError:
             raise Timeout(f"no message within {timeout_millis} ms") from None
@@ -156,25 +184,20 @@ class AsyncConsumer:
         return self._hand_out(queue.popleft()) if queue else None
 
     async def batch_receive(
-        self, max_num_messages: int = 100, timeout_ms: int = 100
+        self, max_num_messages: int | None = None, timeout_ms: int | None = None
     ) -> list[Message]:
-        """Messages received until ``max_num_messages`` or ``timeout_ms`` (the official default
-        policy's limits); an empty list when nothing came in time."""
-        out: list[Message] = []
-        queue = self._receiver.messages
-        deadline = self._loop.time() + timeout_ms / 1000
-        while len(out) < max_num_messages:
-            if queue:
-                out.append(self._hand_out(queue.popleft()))
-                continue
-            left = deadline - self._loop.time()
-            if left <= 0:
-                break
-            try:
-                out.append(await self.receive(max(1, int(left * 1000))))
-            except Timeout:
-                break
-        return out
+        """Messages gathered until the subscription's ``batch_receive_policy`` (the official
+        default: 10 MiB of payload or 100 ms) is met: as many messages, as many bytes, or the
+        timeout; an empty list when nothing came in time. ``max_num_messages`` and
+        ``timeout_ms`` override the policy's (a limit below 1: none)."""
+        policy = self._config.batch_receive_policy
+        return await gather_batch(
+            self.receive,
+            self._check_open,
+            policy.getMaxNumMessages() if max_num_messages is None else max_num_messages,
+            policy.getMaxNumBytes(),
+            policy.getTimeoutMs() if timeout_ms is None else timeout_ms,
+        )
 
     def __aiter__(self) -> AsyncConsumer:
         return self
@@ -188,7 +211,7 @@ class AsyncConsumer:
     def acknowledge(self, message: Message | MessageId) -> None:
         """Acknowledge one message (sent grouped, see ``client.consumer.ack_grouping``)."""
         self._check_open()
-        message_id = message.message_id() if message.__class__ is Message else _id_of(message)
+        message_id = message.message_id() if message.__class__ is Message else id_of(message)
         self._acknowledger.acknowledge(message_id)
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
@@ -198,31 +221,38 @@ class AsyncConsumer:
             CumulativeAcknowledgementNotAllowedError: a Shared or Key_Shared subscription.
         """
         self._check_open()
-        self._acknowledger.acknowledge_cumulative(_id_of(message))
+        self._acknowledger.acknowledge_cumulative(id_of(message))
 
     def negative_acknowledge(self, message: Message | MessageId) -> None:
         """Have the message delivered again after ``negative_ack_redelivery_delay_ms``."""
         self._check_open()
-        self._acknowledger.negative_acknowledge(_id_of(message))
+        self._acknowledger.negative_acknowledge(id_of(message))
 
     def redeliver_unacknowledged_messages(self) -> None:
         """Ask the broker to deliver again every message not acknowledged yet."""
         self._check_open()
         self._redeliver_all()
 
-    async def seek(self, target: MessageId | int) -> None:
+    async def seek(self, messageid: MessageId | int) -> None:
         """Move the subscription to a message id (inclusive) or a publish time (ms).
 
         Returns once the consumer has resubscribed at the new position.
         """
+        target = messageid  # the official parameter name
         self._check_open()
         cnx = self._cnx
         if cnx is None:
             raise NotConnected(f"consumer on {self._topic} is not connected")
+        if not isinstance(target, (MessageId, int)):
+            raise ValueError(f"invalid seek_arg type {type(target)}")
+        # Acknowledgements made before the seek reach the broker before it: sent after, they
+        # would acknowledge the messages the rewind is to deliver again.
+        self._acks.flush()
         if isinstance(target, MessageId):
             wire = target.wire
-            if not self._config.durable:  # a reader filters from the new start
-                self._entries.start.move_to(target, self._config.start_message_id_inclusive)
+            # Filter from the new start (the target itself too unless inclusive), as the C++
+            # consumer does after a seek, durable or not.
+            self._entries.start.move_to(target, self._config.start_message_id_inclusive)
 
             def build(rid: int) -> bytes:
                 return commands.seek(self._consumer_id, rid, message_id=wire)
@@ -354,6 +384,27 @@ class AsyncConsumer:
     def _connection(self) -> Connection | None:
         return self._cnx
 
+    def check_zero_queue_timeout(self, timeout_millis: int | None) -> None:
+        """Raises InvalidConfiguration for a zero queue given a timeout (as the C++ client: the
+        entry asked for could arrive after it)."""
+        if timeout_millis is not None and self._receiver.zero:
+            raise InvalidConfiguration("a consumer with receiver_queue_size 0 cannot time out")
+
+    @property
+    def zero_queue(self) -> bool:
+        return self._receiver.zero
+
+    def ask_one(self) -> None:
+        """On the loop: a zero queue's receiver waits: ask for one entry (FLOW 1)."""
+        self._receiver.ask_one()
+
+    def _on_message_zero_queue(self, frame: Frame) -> None:
+        receiver = self._receiver
+        receiver.entry_arrived()
+        self._entries.on_message(frame)
+        if not receiver.messages:  # filtered or discarded: receivers ask again
+            receiver.wake()
+
     def _send_flow(self, permits: int) -> bool:
         cnx = self._cnx
         if cnx is None or self._state is not _State.READY:
@@ -470,13 +521,14 @@ class AsyncConsumer:
             self._consumer_id,
             request_id,
             config.consumer_type,
-            consumer_name=config.consumer_name,
+            consumer_name=self._name,
             durable=config.durable,
             start_message_id=start,
             metadata=config.properties,
             schema=schema,
             initial_position=config.initial_position,
             read_compacted=config.read_compacted or None,
+            key_shared_meta=config.key_shared_meta(),
         )
 
     async def _subscribe_on(self, cnx: Connection) -> None:
@@ -498,7 +550,10 @@ class AsyncConsumer:
         self._receiver.reset_permits()
         if self._state is _State.CONNECTING:
             self._state = _State.READY
-        cnx.write(commands.flow(self._consumer_id, self._config.receiver_queue_size))
+        if self._config.receiver_queue_size:
+            cnx.write(commands.flow(self._consumer_id, self._config.receiver_queue_size))
+        else:
+            self._receiver.wake()  # a zero queue's waiting receivers ask again
         self._acks.flush()
         self._ready.set()
         logger.info("%s: subscribed on %s", self, cnx.physical)
@@ -542,11 +597,3 @@ class AsyncConsumer:
             f"<AsyncConsumer {self._config.subscription_name} on {self._topic} "
             f"({self._state.value})>"
         )
-
-
-def _id_of(message: Message | MessageId) -> MessageId:
-    if isinstance(message, Message):
-        return message.message_id()
-    if isinstance(message, MessageId):
-        return message
-    raise TypeError(f"expected a Message or MessageId, not {type(message).__name__}")

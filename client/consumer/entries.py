@@ -57,12 +57,11 @@ class StartFilter:
     message handed out (exclusive), where the reader resumes.
     """
 
-    __slots__ = ("_durable", "active", "inclusive", "start")
+    __slots__ = ("active", "inclusive", "start")
 
     def __init__(self, config: ConsumerConfig) -> None:
         self.start: MessageId | None = config.start_message_id
         self.inclusive = config.start_message_id_inclusive
-        self._durable = config.durable
         #: Whether messages are checked at all (a reader with a start id).
         self.active = self.start is not None and not config.durable
 
@@ -85,7 +84,8 @@ class StartFilter:
     def before(self, message_id: MessageId) -> bool:
         """Is this message before the start (or the start, exclusive)?"""
         start = self.start
-        if start is None or self._durable or start.entry_id() in (-1, I64_MAX):
+        # A durable consumer filters only after a seek by id (``move_to``), as the C++ one.
+        if start is None or start.entry_id() in (-1, I64_MAX):
             return False  # earliest and latest are not positions of a message
         if start.batch_index() < 0 and message_id.batch_index() >= 0:
             # A whole-entry start id against a batch: the entry is the start message.
@@ -129,7 +129,16 @@ class EntryDecoder:
         self._batches = batches
         self._connection = connection
         self.start = StartFilter(config)
-        self._assembler = ChunkAssembler()
+        self._assembler = ChunkAssembler(
+            max_pending_chunked_message=config.max_pending_chunked_message,
+            auto_ack_oldest_chunked_message_on_queue_full=(
+                config.auto_ack_oldest_chunked_message_on_queue_full
+            ),
+        )
+        #: Redeliveries past which an entry is not handed out but dead-lettered (the
+        #: dead-letter policy's max_redeliver_count; no limit without one), and where it goes.
+        self.exhausted_after = I64_MAX
+        self.on_exhausted: Callable[[EntryKey, list[Message]], None] | None = None
         self._chunks: dict[EntryKey, tuple[WireMessageId, ...]] = {}  # last chunk -> all
 
     def chunk_ids(
@@ -200,16 +209,18 @@ class EntryDecoder:
             if self.start.active and self.start.before(message_id):
                 self._receiver.return_permits(1)
                 return
-            self._receiver.append(
-                Message(
-                    payload,
-                    message_id,
-                    self._topic,
-                    metadata,
-                    redelivery_count=command.redelivery_count,
-                    schema=self._schema,
-                )
+            message = Message(
+                payload,
+                message_id,
+                self._topic,
+                metadata,
+                redelivery_count=command.redelivery_count,
+                schema=self._schema,
             )
+            if command.redelivery_count > self.exhausted_after:
+                self._exhausted((ledger, entry_id), [message], 1)
+                return
+            self._receiver.append(message)
             return
         self._on_batch(command, ledger, entry_id, metadata, payload, count)
 
@@ -242,6 +253,9 @@ class EntryDecoder:
         filters_start = start.active
         of_entry, from_batch = MessageId.of_entry, Message.from_batch
         append = self._receiver.messages.append
+        exhausted: list[Message] = []
+        if redelivery > self.exhausted_after:  # dead-lettered, not handed out
+            append = exhausted.append
         skipped = 0
         for index, (single, data) in enumerate(records):
             batch_id = of_entry(ledger, entry_id, index, count, partition)
@@ -251,10 +265,20 @@ class EntryDecoder:
                 skipped += 1
                 continue
             append(from_batch(topic, batch_id, metadata, single, data, redelivery, schema))
-        if skipped < count:
+        if exhausted:
+            self._exhausted((ledger, entry_id), exhausted, count - skipped)
+        elif skipped < count:
             self._receiver.wake()
         if skipped:
             self._receiver.return_permits(skipped)
+
+    def _exhausted(self, key: EntryKey, messages: list[Message], permits: int) -> None:
+        """An entry redelivered more than the dead-letter policy allows (C++ and Java do the
+        same on arrival): not handed out, but published to the dead-letter topic (and then
+        acknowledged) by ``on_exhausted``; its permits come back at once."""
+        if self.on_exhausted is not None:
+            self.on_exhausted(key, messages)
+        self._receiver.return_permits(permits)
 
     def _discard(self, wire: WireMessageId, error: AckValidationError | int, permits: int) -> None:
         if self._durable and self._connection() is not None:

@@ -9,6 +9,10 @@ the event loop (``take_for_thread``) and, with nothing queued, waits on a thread
 set when messages arrive (``wait_for_thread``); the permits it owes go back on the loop, a few
 at a time (``settle_owed``). A lock makes "pop and owe its permit" atomic against a clear of
 the queue, which folds the owed permits in as if returned at the pop.
+
+A zero queue (``receiver_queue_size`` 0, the official zero-queue consumer) never prefetches:
+a receiver with nothing queued asks for one entry (``ask_one``: FLOW 1), and asks again only
+once that entry arrived (``entry_arrived``) or the subscription started afresh.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class ReceiverQueue:
     """The queue of one consumer; ``send_flow(permits)`` writes FLOW if it can (True: sent)."""
 
     __slots__ = (
+        "_asked",
         "_flow_threshold",
         "_is_open",
         "_lock",
@@ -41,6 +46,7 @@ class ReceiverQueue:
         "last_taken",
         "messages",
         "threads_waiting",
+        "zero",
     )
 
     def __init__(
@@ -59,7 +65,10 @@ class ReceiverQueue:
         self._send_flow = send_flow
         self._is_open = is_open
         self._permits = 0  # consumed since the last FLOW
-        self._flow_threshold = max(1, size // 2)
+        #: A zero queue: FLOW only through ``ask_one`` (the threshold is never reached).
+        self.zero = size == 0
+        self._asked = False  # a zero queue's FLOW 1 is outstanding
+        self._flow_threshold = max(1, size // 2) if size else 1 << 62
         # A blocking receiver returns its permits in groups of this size (``take_for_thread``).
         self._owed_flush = max(1, self._flow_threshold // 4)
         # Handing out needs bookkeeping on the loop (ack timeout, dead letters) for every take.
@@ -98,6 +107,16 @@ class ReceiverQueue:
     def reset_permits(self) -> None:
         """A fresh subscription: FLOW starts from the whole queue again."""
         self._permits = 0
+        self._asked = False
+
+    def ask_one(self) -> None:
+        """A zero queue's receiver has nothing queued: one entry, unless one is on its way."""
+        if not self._asked and self._send_flow(1):
+            self._asked = True
+
+    def entry_arrived(self) -> None:
+        """A zero queue's entry arrived (queued, filtered or discarded): its permit is used."""
+        self._asked = False
 
     def owes_permits(self) -> bool:
         """Whether a blocking receiver took messages whose permits are not returned yet."""

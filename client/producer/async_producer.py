@@ -41,7 +41,7 @@ import time
 from typing import TYPE_CHECKING, Protocol
 
 from client.accumulator import Accumulator, BatchAccumulator, EntryContext, SingleAccumulator
-from client.batching import BatchBuilder, OutgoingMessage
+from client.batching import BatchBuilder, BatchingType, OutgoingMessage
 from client.config import ClientConfig
 from client.errors import (
     AlreadyClosed,
@@ -56,6 +56,7 @@ from client.errors import (
     TopicTerminated,
     from_server_error,
 )
+from client.key_based_batching import KeyBasedAccumulator
 from client.message_id import MessageId
 from client.pending import Completion, OutOfOrderReceipt, PendingSends, SendOp
 from client.producer.config import PayloadEncoder, ProducerConfig
@@ -129,6 +130,7 @@ class AsyncProducer(SendApi):
         self._send_timer: asyncio.TimerHandle | None = None
         self._batch_timer: asyncio.TimerHandle | None = None
         self._close_task: asyncio.Task[None] | None = None
+        self._deliver_on_close = True  # False: the client shuts down (pending messages fail)
 
     # --- what the application sees ------------------------------------------------------
 
@@ -220,9 +222,20 @@ class AsyncProducer(SendApi):
         pending messages are given up to the operation timeout to be acknowledged; only what
         is still pending then fails with ``AlreadyClosed``.
         """
-        if self._close_task is None:
-            self._close_task = self._loop.create_task(self._close())
-        await asyncio.shield(self._close_task)
+        task = self._close_task
+        if task is not None and task.done():
+            # As the official: a producer closed before says so (one closing now is awaited).
+            raise AlreadyClosed(f"producer on {self._topic} is already closed")
+        if task is None:
+            task = self._close_task = self._loop.create_task(self._close())
+        await asyncio.shield(task)
+
+    async def shutdown(self) -> None:
+        """Close without delivering what is pending (it fails with ``AlreadyClosed``): the
+        client's ``shutdown``."""
+        self._deliver_on_close = False
+        if self._close_task is None or not self._close_task.done():
+            await self.close()
 
     # --- queueing -----------------------------------------------------------------------
 
@@ -457,6 +470,13 @@ class AsyncProducer(SendApi):
         )
         if not config.batching_enabled:
             return SingleAccumulator(context, chunking=config.chunking_enabled)
+        if config.batching_type == BatchingType.KeyBased:
+            return KeyBasedAccumulator(
+                context,
+                max_messages=config.batching_max_messages,
+                max_bytes=config.batching_max_allowed_size_in_bytes,
+                max_publish_delay_ms=config.batching_max_publish_delay_ms,
+            )
         builder = BatchBuilder(
             max_messages=config.batching_max_messages,
             max_bytes=config.batching_max_allowed_size_in_bytes,
@@ -488,7 +508,7 @@ class AsyncProducer(SendApi):
         was = self._state
         self._state = _State.CLOSING
         try:
-            if was in _SENDABLE:
+            if was in _SENDABLE and self._deliver_on_close:
                 await self._deliver_pending(self._host.config.operation_timeout)
         finally:
             await self._detach(AlreadyClosed(f"producer on {self._topic} closed"))

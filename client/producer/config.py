@@ -12,10 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from client.arguments import check_number, check_type, check_type_or_none
 from client.batching import (
     DEFAULT_BATCHING_MAX_ALLOWED_SIZE_IN_BYTES,
     DEFAULT_BATCHING_MAX_MESSAGES,
     DEFAULT_BATCHING_MAX_PUBLISH_DELAY_MS,
+    BatchingType,
 )
 from client.errors import InvalidConfiguration
 from client.routing import MessageRouter, PartitionsRoutingMode
@@ -38,8 +40,9 @@ class ProducerOptions:
     """``create_producer``'s parameters, as the application gives them (enums as ints too).
 
     A partitioned topic is routed by ``message_routing_mode`` / ``message_router`` (see
-    ``client.routing``). ``lazy_start_partitioned_producers`` and ``batching_type`` are accepted
-    and ignored (every partition's producer starts at once; batches are not grouped by key);
+    ``client.routing``). ``lazy_start_partitioned_producers`` is accepted and ignored (every
+    partition's producer starts at once); ``batching_type=BatchingType.KeyBased`` batches by key
+    (``client.key_based_batching``);
     ``encryption_key`` and ``crypto_key_reader`` are refused (no end-to-end encryption yet).
     """
 
@@ -60,11 +63,42 @@ class ProducerOptions:
     message_routing_mode: PartitionsRoutingMode | int = PartitionsRoutingMode.RoundRobinDistribution
     lazy_start_partitioned_producers: bool = False
     properties: Mapping[str, str] | None = None
-    batching_type: object = None
+    batching_type: BatchingType | int = BatchingType.Default
     encryption_key: str | None = None
     crypto_key_reader: object = None
     access_mode: ProducerAccessMode | int = ProducerAccessMode.Shared
     message_router: MessageRouter | None = None
+
+    def __post_init__(self) -> None:
+        """Raises:
+        ValueError: an argument of the wrong type (the official checks and message).
+        """
+        check_type(str, self.topic, "topic")
+        check_type_or_none(str, self.producer_name, "producer_name")
+        check_type_or_none(int, self.initial_sequence_id, "initial_sequence_id")
+        check_number(self.send_timeout_millis, "send_timeout_millis")
+        check_type(int, self.compression_type, "compression_type")
+        for name in (
+            "max_pending_messages",
+            "max_pending_messages_across_partitions",
+            "batching_max_messages",
+            "batching_max_allowed_size_in_bytes",
+        ):
+            check_type(int, getattr(self, name), name)
+        check_number(self.batching_max_publish_delay_ms, "batching_max_publish_delay_ms")
+        for name in (
+            "block_if_queue_full",
+            "batching_enabled",
+            "chunking_enabled",
+            "lazy_start_partitioned_producers",
+        ):
+            check_type(bool, getattr(self, name), name)
+        check_type_or_none(Mapping, self.properties, "properties")
+        check_type(int, self.batching_type, "batching_type")
+        check_type_or_none(str, self.encryption_key, "encryption_key")
+        check_type(int, self.access_mode, "access_mode")
+        if self.batching_enabled and self.chunking_enabled:
+            raise ValueError("Batching and chunking of messages can't be enabled together.")
 
     def producer_config(self) -> ProducerConfig:
         """The configuration of the producer of each partition (or of the topic).
@@ -87,6 +121,7 @@ class ProducerOptions:
             compression_type=CompressionType(int(self.compression_type)),
             chunking_enabled=self.chunking_enabled,
             schema=self.schema,
+            batching_type=BatchingType(int(self.batching_type)),
         )
 
 
@@ -109,6 +144,7 @@ class ProducerConfig:
     compression_type: CompressionType = CompressionType.NONE
     chunking_enabled: bool = False
     schema: PayloadEncoder | None = None
+    batching_type: BatchingType = BatchingType.Default
 
     def __post_init__(self) -> None:
         if self.batching_enabled and self.chunking_enabled:

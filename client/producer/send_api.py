@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
+from client.arguments import check_type, check_type_or_none
 from client.batching import OutgoingMessage
 from client.message_id import MessageId
 from client.producer.config import PayloadEncoder
@@ -56,13 +57,16 @@ def prepare_send(
 
     Raises:
         ValueError: an argument has the wrong type (the official client raises ValueError).
+        TypeError: content that is not bytes, without a schema (as the official).
     """
     if content is None:
         payload, null_value = b"", True
     else:
         payload = schema.encode(content) if schema is not None else content
-        if not isinstance(payload, bytes):
-            raise ValueError(f"content must be bytes, not {type(payload).__name__}")
+        if not isinstance(payload, bytes):  # TypeError: the official BytesSchema's
+            raise TypeError(
+                f"Invalid record obj of type {type(payload)} - expected type is <class 'bytes'>"
+            )
         null_value = False
     if properties is not None and (
         not isinstance(properties, Mapping)
@@ -77,6 +81,16 @@ def prepare_send(
         raise ValueError("ordering_key must be a str")
     if event_timestamp is not None and not isinstance(event_timestamp, int):
         raise ValueError("event_timestamp must be an int (ms since the epoch)")
+    if not (  # one test on the hot path; the official message comes from the slow path
+        (sequence_id is None or isinstance(sequence_id, int))
+        and (replication_clusters is None or isinstance(replication_clusters, list))
+        and isinstance(disable_replication, bool)
+        and (deliver_at is None or isinstance(deliver_at, int))
+        and (deliver_after is None or isinstance(deliver_after, timedelta))
+    ):
+        _refuse_send_arguments(
+            sequence_id, replication_clusters, disable_replication, deliver_at, deliver_after
+        )
     if deliver_after is not None:
         deliver_at = int(time.time() * 1000 + deliver_after.total_seconds() * 1000)
     merged = dict(properties) if properties else {}
@@ -171,3 +185,18 @@ class SendApi:
         """
         message, sequence_id = prepare_send(self._schema(), *args, **kwargs)
         return await self._target(message).send_prepared(message, sequence_id)
+
+
+def _refuse_send_arguments(
+    sequence_id: object,
+    replication_clusters: object,
+    disable_replication: object,
+    deliver_at: object,
+    deliver_after: object,
+) -> None:
+    """Raises the official ``ValueError`` for the first send argument of the wrong type."""
+    check_type_or_none(int, sequence_id, "sequence_id")
+    check_type_or_none(list, replication_clusters, "replication_clusters")
+    check_type(bool, disable_replication, "disable_replication")
+    check_type_or_none(int, deliver_at, "deliver_at")
+    check_type_or_none(timedelta, deliver_after, "deliver_after")

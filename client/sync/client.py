@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Any
 
 from client.client import AsyncClient
-from client.consumer import ReaderOptions, SubscribeOptions
+from client.consumer import ConsumerType, ReaderOptions, SubscribeOptions
 from client.producer import AsyncProducer, ProducerOptions
 from client.signatures import arguments_of, same_parameters, takes
 from client.sync.consumer import BlockingSubscribeOptions, Consumer
@@ -32,8 +32,9 @@ class Client:
     Takes the same arguments as ``AsyncClient``.
     """
 
-    def __init__(self, service_url: str, operation_timeout_seconds: float = 30, **options: Any):
-        self._async = AsyncClient(service_url, operation_timeout_seconds, **options)
+    @same_parameters(AsyncClient.__init__)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._async = AsyncClient(*args, **kwargs)
         self._runner = Runner(self._async.config.operation_timeout)
 
     def __enter__(self) -> Client:
@@ -63,7 +64,8 @@ class Client:
         )
         return Producer(self._runner, producer, options.schema, slots, options.block_if_queue_full)
 
-    @takes(BlockingSubscribeOptions)
+    # The official order: the listener right after the schema.
+    @takes(BlockingSubscribeOptions, placed={"message_listener": 4})
     def subscribe(self, options: BlockingSubscribeOptions) -> Consumer:
         """Subscribe; see ``AsyncClient.subscribe``.
 
@@ -73,9 +75,10 @@ class Client:
         consumer = self._runner.run(
             self._async.subscribe(**arguments_of(options, SubscribeOptions))
         )
-        return Consumer(self._runner, consumer, options.message_listener)
+        shared = int(options.consumer_type) in (ConsumerType.Shared, ConsumerType.Key_Shared)
+        return Consumer(self._runner, consumer, options.message_listener, shared=shared)
 
-    @takes(BlockingReaderOptions)
+    @takes(BlockingReaderOptions, placed={"reader_listener": 3})
     def create_reader(self, options: BlockingReaderOptions) -> Reader:
         """Create a reader; see ``AsyncClient.create_reader``. ``reader_listener``: as the
         consumer's ``message_listener``, called as ``listener(reader, message)``."""
@@ -103,6 +106,11 @@ class Client:
         In a process forked from the one that created the client, this only marks it closed.
         """
         self._runner.close(self._async.close)
+
+    def shutdown(self) -> None:
+        """Close at once (the official ``shutdown``): what producers have pending fails with
+        ``AlreadyClosed`` instead of being delivered first; then stop the loop thread."""
+        self._runner.close(self._async.shutdown)
 
     @property
     def async_client(self) -> AsyncClient:

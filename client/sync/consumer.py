@@ -12,8 +12,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from client.arguments import check_type
 from client.consumer import AsyncConsumer, SubscribeOptions
-from client.errors import AlreadyClosed, InvalidConfiguration, OperationNotSupported, Timeout
+from client.consumer.acknowledgements import id_of
+from client.errors import (
+    AlreadyClosed,
+    CumulativeAcknowledgementNotAllowedError,
+    InvalidConfiguration,
+    OperationNotSupported,
+    Timeout,
+)
 from client.message import Message
 from client.message_id import MessageId
 from client.multi_topic import AsyncMultiTopicConsumer
@@ -49,9 +57,13 @@ class Consumer:
         runner: Runner,
         consumer: AsyncConsumer | AsyncMultiTopicConsumer,
         message_listener: MessageListener | None = None,
+        *,
+        shared: bool = False,
     ) -> None:
         self._runner = runner
         self._consumer = consumer
+        # Acknowledgements run later on the loop: what they would refuse is refused here.
+        self._shared = shared
         self._listener = runner.listeners.start(
             f"magnetar-listener-{consumer.topic()}-{consumer.subscription_name()}",
             self._receive,
@@ -64,6 +76,12 @@ class Consumer:
 
     def subscription_name(self) -> str:
         return self._consumer.subscription_name()
+
+    def consumer_name(self) -> str:
+        return self._consumer.consumer_name()
+
+    def is_connected(self) -> bool:
+        return self._consumer.is_connected()
 
     @property
     def async_consumer(self) -> AsyncConsumer | AsyncMultiTopicConsumer:
@@ -79,6 +97,14 @@ class Consumer:
         return bool(children) and all(c.has_reached_end_of_topic() for c in children)
 
     def receive(self, timeout_millis: int | None = None) -> Message:
+        """The next message; wait at most ``timeout_millis`` (None: forever).
+
+        Raises:
+            ValueError: ``timeout_millis`` is not an int (the official check).
+            Timeout, AlreadyClosed: as ``AsyncConsumer.receive``.
+        """
+        if timeout_millis is not None:
+            check_type(int, timeout_millis, "timeout_millis")
         self._refuse_with_listener()
         return self._receive(timeout_millis)
 
@@ -119,6 +145,9 @@ class Consumer:
                 return runner.run(consumer.receive(timeout_millis))
             if consumer.owes_permits():  # returned before waiting, or the broker may stall
                 runner.submit(consumer.settle_taken, None)
+            if consumer.zero_queue:  # nothing is prefetched: ask for one entry
+                consumer.check_zero_queue_timeout(timeout_millis)
+                runner.submit(consumer.ask_one)
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise Timeout(f"no message within {timeout_millis} ms")
@@ -137,24 +166,40 @@ class Consumer:
             )
         return self._runner.run(consumer.get_last_message_id())
 
-    def batch_receive(self, max_num_messages: int = 100, timeout_ms: int = 100) -> list[Message]:
+    def batch_receive(
+        self, max_num_messages: int | None = None, timeout_ms: int | None = None
+    ) -> list[Message]:
+        """As ``AsyncConsumer.batch_receive``: by the subscription's ``batch_receive_policy``."""
         self._refuse_with_listener()
         return self._runner.run(self._consumer.batch_receive(max_num_messages, timeout_ms))
 
     def acknowledge(self, message: Message | MessageId) -> None:
+        if message.__class__ is not Message:
+            id_of(message)  # TypeError here, not later on the loop
         self._runner.submit_deferred(self._consumer.acknowledge, message)
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
+        """Raises:
+        CumulativeAcknowledgementNotAllowedError: a Shared or Key_Shared subscription.
+        """
+        id_of(message)  # TypeError here, not later on the loop
+        if self._shared:
+            raise CumulativeAcknowledgementNotAllowedError(
+                "cumulative acknowledgement is not allowed on Shared/Key_Shared subscriptions"
+            )
         self._runner.submit_deferred(self._consumer.acknowledge_cumulative, message)
 
     def negative_acknowledge(self, message: Message | MessageId) -> None:
+        id_of(message)  # TypeError here, not later on the loop
         self._runner.submit_deferred(self._consumer.negative_acknowledge, message)
 
     def redeliver_unacknowledged_messages(self) -> None:
         self._runner.submit(self._consumer.redeliver_unacknowledged_messages)
 
-    def seek(self, target: MessageId | int) -> None:
-        self._runner.run(self._consumer.seek(target))
+    def seek(self, messageid: MessageId | int) -> None:
+        """To a message id (excluded unless ``start_message_id_inclusive``) or a publish time
+        (ms); see ``AsyncConsumer.seek``."""
+        self._runner.run(self._consumer.seek(messageid))
 
     def unsubscribe(self) -> None:
         self._runner.run(self._consumer.unsubscribe())

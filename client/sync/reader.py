@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from client.arguments import check_type
 from client.consumer import ReaderOptions
 from client.errors import AlreadyClosed, InvalidConfiguration, OperationNotSupported
 from client.message import Message
@@ -54,7 +55,15 @@ class Reader:
     def topic(self) -> str:
         return self._reader.topic()
 
+    def is_connected(self) -> bool:
+        return self._reader.is_connected()
+
     def read_next(self, timeout_millis: int | None = None) -> Message:
+        """Raises:
+        ValueError: ``timeout_millis`` is not an int (the official check).
+        """
+        if timeout_millis is not None:
+            check_type(int, timeout_millis, "timeout_millis")
         if self._listener is not None:
             raise InvalidConfiguration("this reader has a reader listener: it cannot read_next")
         return self._read_next(timeout_millis)
@@ -76,8 +85,8 @@ class Reader:
     def has_message_available(self) -> bool:
         return self._runner.run(self._reader.has_message_available())
 
-    def seek(self, target: MessageId | int) -> None:
-        self._runner.run(self._reader.seek(target))
+    def seek(self, messageid: MessageId | int) -> None:
+        self._runner.run(self._reader.seek(messageid))
 
     def close(self) -> None:
         try:

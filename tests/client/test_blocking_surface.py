@@ -31,8 +31,8 @@ NOT_MIRRORED = {
 # Parameters the official blocking API adds, and where: (facade method, name) -> index.
 ADDED = {
     (Producer, "send_async"): {"callback": 1},
-    (Client, "subscribe"): {"message_listener": -1},
-    (Client, "create_reader"): {"reader_listener": -1},
+    (Client, "subscribe"): {"message_listener": 4},  # the official place: after schema
+    (Client, "create_reader"): {"reader_listener": 3},
 }
 MIRRORS: list[tuple[type, list[type]]] = [
     (Client, [AsyncClient]),

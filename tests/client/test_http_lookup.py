@@ -69,7 +69,9 @@ def test_the_blocking_client_skips_an_unreachable_first_host(running: BrokerThre
 
 
 async def test_nothing_listening_ends_in_timeout_and_https_means_tls() -> None:
-    async with AsyncClient(f"http://127.0.0.1:{closed_port()}", 1) as client:
+    async with AsyncClient(
+        f"http://127.0.0.1:{closed_port()}", operation_timeout_seconds=1
+    ) as client:
         with pytest.raises(Timeout):
             await client.create_producer("t")
         assert client.config.ssl_context is None

@@ -41,8 +41,15 @@ def test_earliest_latest_and_durable_subscriptions_filter_nothing() -> None:
     assert not reader(MessageId.earliest).before(MessageId(-1, 0, 0))
     assert not reader(MessageId.latest).before(MessageId(-1, 0, 0))
     durable = StartFilter(ConsumerConfig("sub", start_message_id=MessageId(-1, 1, 5)))
-    assert not durable.active
-    assert not durable.before(MessageId(-1, 1, 1))
+    assert not durable.active  # the decoder asks `before` only of an active filter
+
+
+def test_a_seek_by_id_makes_a_durable_consumer_filter_as_the_cpp_one_does() -> None:
+    durable = StartFilter(ConsumerConfig("sub"))
+    durable.move_to(MessageId(-1, 1, 5), inclusive=False)
+    assert durable.active
+    assert durable.before(MessageId(-1, 1, 5))
+    assert not durable.before(MessageId(-1, 1, 6))
 
 
 def test_seeks_and_resumption() -> None:
