@@ -59,8 +59,9 @@ class ConsumerDeadLetterPolicy:
     """
 
     max_redeliver_count: int
-    dead_letter_topic: str | None = None
-    initial_subscription_name: str | None = None
+    # "" means unset, as the official getters answer (None is taken as unset too).
+    dead_letter_topic: str | None = ""
+    initial_subscription_name: str | None = ""
 
     def __post_init__(self) -> None:
         # ValueError, as the official (the C++ policy builder refuses it as an argument).
@@ -240,7 +241,7 @@ class DeadLetterSender:
         async with self._creating:
             if self._producer is None:
                 subscription = self.policy.initial_subscription_name
-                if subscription is not None:
+                if subscription:
                     await self._create_subscription(subscription)
                 self._producer = await self._client.create_producer(self.topic)
             return self._producer

@@ -119,3 +119,10 @@ def test_blocking_client_takes_the_policy(running: BrokerThread) -> None:
             assert message.redelivery_count() == expected_count
             consumer.negative_acknowledge(message)
         assert dead.receive(5000).data() == b"poison"
+
+
+def test_unset_names_read_as_the_official_getters_answer() -> None:
+    policy = ConsumerDeadLetterPolicy(10)
+    assert (policy.max_redeliver_count, policy.dead_letter_topic) == (10, "")
+    assert policy.initial_subscription_name == ""
+    assert policy.topic_for("t", "s") == "t-s-DLQ"
