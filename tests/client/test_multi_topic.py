@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from client import AsyncClient, Client, ConsumerType, InitialPosition, MessageId
-from client.errors import InvalidTopicName, OperationNotSupported, Timeout
+from client.errors import InvalidConfiguration, InvalidTopicName, OperationNotSupported, Timeout
 from client.multi_topic import AsyncMultiTopicConsumer, pattern_namespace
 from tests.helpers import BrokerThread
 
@@ -166,6 +166,6 @@ async def test_seek_moves_every_topic_or_the_topic_of_the_id(running: BrokerThre
         assert sorted(await receive_all(consumer, 5)) == everything
 
         # An id that names no topic and is neither earliest nor latest is refused.
-        with pytest.raises(OperationNotSupported):
+        with pytest.raises(InvalidConfiguration):
             await consumer.seek(MessageId(-1, 1, 2))
         await consumer.close()
