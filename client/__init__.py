@@ -19,6 +19,7 @@ from client.client import AsyncClient
 from client.consumer import AsyncConsumer, ConsumerType, RegexSubscriptionMode
 from client.consumer.batch_receive import BatchReceivePolicy, ConsumerBatchReceivePolicy
 from client.consumer.policies import ConsumerCryptoFailureAction
+from client.crypto import CryptoKeyReader, EncryptionContext, EncryptionKey
 from client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterPolicy
 from client.effectively_once import AsyncEffectivelyOnceReader, EffectivelyOnceReader
 from client.errors import (
@@ -119,9 +120,12 @@ __all__ = [
     "ConsumerNotInitialized",
     "ConsumerType",
     "CryptoError",
+    "CryptoKeyReader",
     "CumulativeAcknowledgementNotAllowedError",
     "DeadLetterPolicy",
     "EffectivelyOnceReader",
+    "EncryptionContext",
+    "EncryptionKey",
     "ErrorGettingAuthenticationData",
     "IncompatibleSchema",
     "InitialPosition",

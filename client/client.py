@@ -37,7 +37,6 @@ from client.errors import (
     ClientUsedAfterFork,
     InvalidConfiguration,
     InvalidTopicName,
-    OperationNotSupported,
 )
 from client.lookup import Lookup, LookupService
 from client.message_id import MessageId
@@ -194,12 +193,9 @@ class AsyncClient:
 
         Raises:
             InvalidTopicName: the topic name is not valid.
-            OperationNotSupported: encryption.
             Timeout, ProducerBusy, ProducerFenced, TopicNotFound, ...: creation failed.
         """
         self._check_open()
-        if options.encryption_key is not None or options.crypto_key_reader is not None:
-            raise OperationNotSupported("end-to-end encryption is not supported yet")
         full_name = _full_topic_name(options.topic)
         config = options.producer_config()
         partitions = await self._lookup.partitioned_metadata(full_name)

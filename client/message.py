@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from client.crypto.context import EncryptionContext
 from client.message_id import MessageId
 from protocol import pb
 
@@ -172,11 +173,13 @@ class Message:
     def schema_version(self) -> bytes:
         return self._metadata.schema_version
 
-    def encryption_context(self) -> None:
-        """The official ``Message.encryption_context()``: None for a message that was not
-        encrypted, which every message is here (end-to-end encryption is not implemented:
-        a producer refuses ``encryption_key``, a consumer ``crypto_key_reader``)."""
-        return None
+    def encryption_context(self) -> EncryptionContext | None:
+        """The official ``Message.encryption_context()``: how the message was encrypted, None
+        when it was not. A message handed out still encrypted (``crypto_failure_action``
+        CONSUME) is a ``consumer.entries.UndecryptedMessage``, whose context says so."""
+        if not self._metadata.encryption_keys:
+            return None
+        return EncryptionContext(self._metadata, False)
 
     def __repr__(self) -> str:
         return f"Message(id={self._message_id}, topic={self._topic!r}, {len(self._data)} bytes)"

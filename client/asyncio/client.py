@@ -7,14 +7,14 @@ it; otherwise it is one of three kinds:
 
 * no effect here, accepted whatever its value: options that tune what Magnetar does not have
   (``replicate_subscription_state_enabled``: one cluster; ``batch_receive_policy``: this API
-  has no ``batch_receive``; ``crypto_failure_action``: no encryption, nothing to decrypt) or
+  has no ``batch_receive``) or
   that only bound memory of the C++ core (``max_total_receiver_queue_size_across_partitions``,
   ``broker_consumer_stats_cache_time_ms``, ``max_pending_chunked_message``, ...);
 * handled here: ``is_pattern_topic`` (the pattern is compiled for ``AsyncClient``, which takes
   a ``re.Pattern``);
 * refused with ``PulsarException(OperationNotSupported)`` when set to anything but its default:
   any other option ``AsyncClient`` does not take, since ignoring it could change what the
-  application receives (``AsyncClient`` itself refuses ``crypto_key_reader`` and encryption).
+  application receives.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from client.batching import BatchingType
 from client.client import AsyncClient
 from client.consumer import ConsumerType, PayloadSchema, RegexSubscriptionMode
 from client.consumer.policies import ConsumerCryptoFailureAction
+from client.crypto import CryptoKeyReader
 from client.dead_letter import ConsumerDeadLetterPolicy
 from client.errors import Result
 from client.key_shared import ConsumerKeySharedPolicy
@@ -135,7 +136,7 @@ class Client:
         properties: dict[str, str] | None = None,
         batching_type: BatchingType = BatchingType.Default,
         encryption_key: str | None = None,
-        crypto_key_reader: object = None,
+        crypto_key_reader: CryptoKeyReader | None = None,
         access_mode: ProducerAccessMode = ProducerAccessMode.Shared,
         message_router: Callable[[Message, int], int] | None = None,
     ) -> Producer:
@@ -191,7 +192,7 @@ class Client:
         is_read_compacted: bool = False,
         properties: dict[str, str] | None = None,
         initial_position: InitialPosition = InitialPosition.Latest,
-        crypto_key_reader: object = None,
+        crypto_key_reader: CryptoKeyReader | None = None,
         replicate_subscription_state_enabled: bool = False,
         max_pending_chunked_message: int = 10,
         auto_ack_oldest_chunked_message_on_queue_full: bool = False,
@@ -241,7 +242,7 @@ class Client:
         reader_name: str | None = None,
         subscription_role_prefix: str | None = None,
         is_read_compacted: bool = False,
-        crypto_key_reader: object = None,
+        crypto_key_reader: CryptoKeyReader | None = None,
         start_message_id_inclusive: bool = False,
         crypto_failure_action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL,
     ) -> Reader:

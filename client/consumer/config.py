@@ -22,8 +22,9 @@ from client.consumer.batch_receive import (
     ConsumerBatchReceivePolicy,
 )
 from client.consumer.policies import ConsumerCryptoFailureAction, ConsumerType
+from client.crypto import CryptoKeyReader
 from client.dead_letter import ConsumerDeadLetterPolicy
-from client.errors import InvalidConfiguration, OperationNotSupported
+from client.errors import InvalidConfiguration
 from client.key_shared import ConsumerKeySharedPolicy, key_shared_meta_for
 from client.message import PayloadDecoder
 from client.message_id import MessageId
@@ -62,8 +63,10 @@ class SubscribeOptions:
     (Shared and Key_Shared only). ``batch_receive_policy``: what ``batch_receive()`` waits for.
     ``receiver_queue_size`` 0: a zero-queue consumer (one FLOW permit per ``receive``).
     ``max_total_receiver_queue_size_across_partitions``, ``broker_consumer_stats_cache_time_ms``,
-    ``replicate_subscription_state_enabled`` and ``crypto_failure_action`` are accepted and
-    ignored (no geo-replication, no decryption); ``crypto_key_reader`` is refused.
+    and ``replicate_subscription_state_enabled`` are accepted and ignored (no
+    geo-replication). ``crypto_key_reader`` decrypts end-to-end encrypted messages;
+    ``crypto_failure_action`` says what becomes of one that cannot be decrypted
+    (``client.consumer.entries``).
 
     Raises:
         ValueError: an argument of the wrong type (the official checks and message).
@@ -83,7 +86,7 @@ class SubscribeOptions:
     properties: Mapping[str, str] | None = None
     pattern_auto_discovery_period: float = 60
     initial_position: InitialPosition | int = InitialPosition.Latest
-    crypto_key_reader: object = None
+    crypto_key_reader: CryptoKeyReader | None = None
     replicate_subscription_state_enabled: bool = False
     max_pending_chunked_message: int = DEFAULT_MAX_PENDING_CHUNKED_MESSAGE
     auto_ack_oldest_chunked_message_on_queue_full: bool = False
@@ -130,6 +133,7 @@ class SubscribeOptions:
         check_type(int, self.regex_subscription_mode, "regex_subscription_mode")
         check_type_or_none(ConsumerDeadLetterPolicy, self.dead_letter_policy, "dead_letter_policy")
         check_type(int, self.crypto_failure_action, "crypto_failure_action")
+        check_type_or_none(CryptoKeyReader, self.crypto_key_reader, "crypto_key_reader")
         if not isinstance(self.topic, (str, list, re.Pattern)):
             raise ValueError(
                 "Argument 'topic' is expected to be of a type between (str, list, re.pattern)"
@@ -140,10 +144,7 @@ class SubscribeOptions:
 
         Raises:
             InvalidConfiguration: a bad queue size or delay.
-            OperationNotSupported: a ``crypto_key_reader`` (no end-to-end encryption yet).
         """
-        if self.crypto_key_reader is not None:
-            raise OperationNotSupported("end-to-end encryption is not supported yet")
         policy = self.batch_receive_policy
         return ConsumerConfig(
             subscription_name=self.subscription_name,
@@ -166,6 +167,8 @@ class SubscribeOptions:
                 self.auto_ack_oldest_chunked_message_on_queue_full
             ),
             key_shared_policy=self.key_shared_policy,
+            crypto_key_reader=self.crypto_key_reader,
+            crypto_failure_action=ConsumerCryptoFailureAction(int(self.crypto_failure_action)),
         )
 
 
@@ -174,8 +177,8 @@ class ReaderOptions:
     """``create_reader``'s parameters, in the official order (the blocking client adds
     ``reader_listener`` after ``schema``): a reader from ``start_message_id``
     (``MessageId.earliest``/``latest`` or an id). ``subscription_role_prefix`` names the
-    reader's subscription; ``crypto_failure_action`` is accepted and ignored,
-    ``crypto_key_reader`` refused.
+    reader's subscription; ``crypto_key_reader`` and ``crypto_failure_action`` as
+    ``subscribe``'s.
 
     Raises:
         ValueError: an argument of the wrong type (the official checks and message).
@@ -188,7 +191,7 @@ class ReaderOptions:
     reader_name: str | None = None
     subscription_role_prefix: str | None = None
     is_read_compacted: bool = False
-    crypto_key_reader: object = None
+    crypto_key_reader: CryptoKeyReader | None = None
     start_message_id_inclusive: bool = False
     crypto_failure_action: ConsumerCryptoFailureAction | int = ConsumerCryptoFailureAction.FAIL
 
@@ -201,6 +204,7 @@ class ReaderOptions:
         check_type(bool, self.is_read_compacted, "is_read_compacted")
         check_type(bool, self.start_message_id_inclusive, "start_message_id_inclusive")
         check_type(int, self.crypto_failure_action, "crypto_failure_action")
+        check_type_or_none(CryptoKeyReader, self.crypto_key_reader, "crypto_key_reader")
 
     def consumer_config(self, subscription_name: str) -> ConsumerConfig:
         """The configuration of the reader's consumer on the non-durable ``subscription_name``
@@ -208,10 +212,7 @@ class ReaderOptions:
 
         Raises:
             InvalidConfiguration: a bad queue size.
-            OperationNotSupported: a ``crypto_key_reader``.
         """
-        if self.crypto_key_reader is not None:
-            raise OperationNotSupported("end-to-end encryption is not supported yet")
         if self.subscription_role_prefix:
             subscription_name = f"{self.subscription_role_prefix}-{subscription_name}"
         return ConsumerConfig(
@@ -223,6 +224,8 @@ class ReaderOptions:
             start_message_id=self.start_message_id,
             start_message_id_inclusive=self.start_message_id_inclusive,
             read_compacted=self.is_read_compacted,
+            crypto_key_reader=self.crypto_key_reader,
+            crypto_failure_action=ConsumerCryptoFailureAction(int(self.crypto_failure_action)),
         )
 
 
@@ -251,6 +254,9 @@ class ConsumerConfig:
     auto_ack_oldest_chunked_message_on_queue_full: bool = False
     #: Key_Shared only: sent as SUBSCRIBE's ``keySharedMeta`` (None: AutoSplit, in order).
     key_shared_policy: ConsumerKeySharedPolicy | None = None
+    #: Decrypts end-to-end encrypted entries (None: they are handled by the failure action).
+    crypto_key_reader: CryptoKeyReader | None = None
+    crypto_failure_action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL
 
     def __post_init__(self) -> None:
         if self.receiver_queue_size < 0:

@@ -11,6 +11,13 @@ As the official C++ consumer does:
 * **Redelivered batches** carry an ack set: only the indexes still unacknowledged are queued.
 * **Readers** (``durable=False``): messages before the start (inclusive or not) are filtered
   out, inside batches too (``StartFilter``).
+* **Encrypted entries** (PIP-4) are decrypted first, each chunk on its own (the producer
+  encrypts chunk by chunk), with the consumer's ``crypto_key_reader`` (``client.crypto``). One
+  that cannot be (no reader, a wrong key) meets ``crypto_failure_action``, as in the C++
+  ``ConsumerImpl::decryptMessageIfNeeded``: FAIL holds it (not handed out, not acknowledged,
+  its permits not returned: the next consumer of the subscription gets it); DISCARD
+  acknowledges it with ``DecryptionError``; CONSUME hands it out still encrypted and
+  compressed, a batch as one message, as an ``UndecryptedMessage``.
 """
 
 from __future__ import annotations
@@ -25,7 +32,9 @@ from client.acks import BatchAcks, EntryKey, entry_key, unacked_indexes
 from client.chunking import ChunkAssembler, ChunkOutcome, is_chunk
 from client.consumer.ack_grouping import AckGrouper
 from client.consumer.config import ConsumerConfig
+from client.consumer.policies import ConsumerCryptoFailureAction
 from client.consumer.receiver_queue import ReceiverQueue
+from client.crypto import EncryptionContext, MessageDecryptor
 from client.message import Message
 from client.message_id import MessageId
 from protocol import (
@@ -45,9 +54,19 @@ from protocol.topic_name import TopicName
 if TYPE_CHECKING:
     from client.connection import Connection
 
-__all__ = ["EntryDecoder", "StartFilter"]
+__all__ = ["EntryDecoder", "StartFilter", "UndecryptedMessage"]
 
 logger = logging.getLogger(__name__)
+
+
+class UndecryptedMessage(Message):
+    """A message handed out still encrypted (``crypto_failure_action`` CONSUME): its data is
+    the encrypted (and still compressed) payload, a whole batch for a batch entry."""
+
+    __slots__ = ()
+
+    def encryption_context(self) -> EncryptionContext:
+        return EncryptionContext(self._metadata, True)
 
 
 class StartFilter:
@@ -140,6 +159,9 @@ class EntryDecoder:
         self.exhausted_after = I64_MAX
         self.on_exhausted: Callable[[EntryKey, list[Message]], None] | None = None
         self._chunks: dict[EntryKey, tuple[WireMessageId, ...]] = {}  # last chunk -> all
+        reader = config.crypto_key_reader
+        self._decryptor = None if reader is None else MessageDecryptor(reader)
+        self._crypto_failure_action = config.crypto_failure_action
 
     def chunk_ids(
         self, key: EntryKey, fallback: tuple[WireMessageId, ...]
@@ -172,6 +194,12 @@ class EntryDecoder:
                 WireMessageId(ledger, entry_id), AckValidationError.BatchDeSerializeError, 1
             )
             return
+        undecrypted = False
+        if metadata.encryption_keys:
+            decrypted = self._decrypt(metadata, payload, ledger, entry_id)
+            if decrypted is None:
+                return  # held or discarded
+            payload, undecrypted = decrypted
         cnx = self._connection()
         bound = cnx.max_message_size if cnx is not None else DEFAULT_MAX_MESSAGE_SIZE
         message_id: MessageId | None = None
@@ -191,6 +219,11 @@ class EntryDecoder:
             bound = compression.DEFAULT_MAX_UNCOMPRESSED_SIZE
         is_batch = metadata.HasField("num_messages_in_batch")
         count = metadata.num_messages_in_batch if is_batch else 1
+        if undecrypted:
+            if message_id is None:
+                message_id = MessageId.of_entry(ledger, entry_id, -1, 0, self._partition)
+            self._deliver_undecrypted(command, metadata, payload, message_id, count)
+            return
         if metadata.compression:
             try:
                 payload = compression.decode(
@@ -271,6 +304,62 @@ class EntryDecoder:
             self._receiver.wake()
         if skipped:
             self._receiver.return_permits(skipped)
+
+    def _decrypt(
+        self, metadata: pb.MessageMetadata, payload: bytes, ledger: int, entry_id: int
+    ) -> tuple[bytes, bool] | None:
+        """The payload decrypted (and False), or still encrypted (and True) to be handed out
+        so (CONSUME); None when the entry is held (FAIL) or discarded (DISCARD)."""
+        if self._decryptor is not None:
+            plain = self._decryptor.decrypt(metadata, payload)
+            if plain is not None:
+                return plain, False
+        action = self._crypto_failure_action
+        logger.warning(
+            "%s: cannot decrypt %s:%s (%s): %s",
+            self._owner,
+            ledger,
+            entry_id,
+            "no crypto_key_reader" if self._decryptor is None else "no key opens it",
+            action.name,
+        )
+        if action == ConsumerCryptoFailureAction.CONSUME:
+            return payload, True
+        if action == ConsumerCryptoFailureAction.DISCARD:
+            count = (
+                metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1
+            )
+            self._discard(
+                WireMessageId(ledger, entry_id), AckValidationError.DecryptionError, count
+            )
+        # FAIL: neither handed out nor acknowledged, and its permits stay taken, as the C++
+        # consumer does: the broker redelivers it to the next consumer of the subscription.
+        return None
+
+    def _deliver_undecrypted(
+        self,
+        command: pb.CommandMessage,
+        metadata: pb.MessageMetadata,
+        payload: bytes,
+        message_id: MessageId,
+        count: int,
+    ) -> None:
+        """Hand out an entry still encrypted: one message, even for a batch (its records
+        cannot be read), so a batch's other permits come back at once."""
+        if self.start.active and self.start.before(message_id):
+            self._receiver.return_permits(count)
+            return
+        message = UndecryptedMessage(
+            payload,
+            message_id,
+            self._topic,
+            metadata,
+            redelivery_count=command.redelivery_count,
+            schema=self._schema,
+        )
+        self._receiver.append(message)
+        if count > 1:
+            self._receiver.return_permits(count - 1)
 
     def _exhausted(self, key: EntryKey, messages: list[Message], permits: int) -> None:
         """An entry redelivered more than the dead-letter policy allows (C++ and Java do the

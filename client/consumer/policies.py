@@ -24,9 +24,10 @@ class ConsumerType(IntEnum):
 
 
 class ConsumerCryptoFailureAction(IntEnum):
-    """The official ``pulsar.ConsumerCryptoFailureAction``. Accepted for compatibility: this
-    client does not decrypt (end-to-end encryption is not implemented), so no message of ours
-    ever fails decryption."""
+    """The official ``pulsar.ConsumerCryptoFailureAction``: what a consumer does with an
+    encrypted message it cannot decrypt (``client.consumer.entries``). FAIL: hold it (not
+    handed out, not acknowledged: redelivered to the next consumer); DISCARD: acknowledge it
+    with ``DecryptionError``; CONSUME: hand it out still encrypted (a batch as one message)."""
 
     FAIL = 0
     DISCARD = 1

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Protocol
 from client.accumulator import Accumulator, BatchAccumulator, EntryContext, SingleAccumulator
 from client.batching import BatchBuilder, BatchingType, OutgoingMessage
 from client.config import ClientConfig
+from client.crypto import MessageEncryptor
 from client.errors import (
     AlreadyClosed,
     ChecksumError,
@@ -60,6 +61,7 @@ from client.key_based_batching import KeyBasedAccumulator
 from client.message_id import MessageId
 from client.pending import Completion, OutOfOrderReceipt, PendingSends, SendOp
 from client.producer.config import PayloadEncoder, ProducerConfig
+from client.producer.encryption import EncryptingAccumulator, encryption_overhead
 from client.producer.send_api import SendApi
 from protocol import commands, pb
 from protocol.enums import CompressionType
@@ -131,6 +133,11 @@ class AsyncProducer(SendApi):
         self._batch_timer: asyncio.TimerHandle | None = None
         self._close_task: asyncio.Task[None] | None = None
         self._deliver_on_close = True  # False: the client shuts down (pending messages fail)
+        # One data key for the producer's life (rotated inside), kept across reconnections.
+        self._encryptor: MessageEncryptor | None = None
+        if config.encryption_keys:
+            assert config.crypto_key_reader is not None  # ProducerConfig checks it
+            self._encryptor = MessageEncryptor(config.encryption_keys, config.crypto_key_reader)
 
     # --- what the application sees ------------------------------------------------------
 
@@ -460,13 +467,27 @@ class AsyncProducer(SendApi):
             self._created.set_result(None)
 
     def _new_accumulator(self) -> Accumulator:
+        inner = self._plain_accumulator()
+        if self._encryptor is None:
+            return inner
+        return EncryptingAccumulator(inner, self._encryptor)
+
+    def _plain_accumulator(self) -> Accumulator:
         config = self._config
+        max_message_size = self._max_message_size
+        if config.encryption_keys:
+            # Entries grow when encrypted: chunks are cut smaller so that they still fit.
+            overhead = encryption_overhead(config.encryption_keys)
+
+            def max_message_size() -> int:
+                return self._max_message_size() - overhead
+
         context = EntryContext(
             producer_id=self._producer_id,
             producer_name=self._name or "",
             codec=CompressionType(int(config.compression_type)),
             schema_version=self._schema_version,
-            max_message_size=self._max_message_size,
+            max_message_size=max_message_size,
         )
         if not config.batching_enabled:
             return SingleAccumulator(context, chunking=config.chunking_enabled)

@@ -19,6 +19,7 @@ from client.batching import (
     DEFAULT_BATCHING_MAX_PUBLISH_DELAY_MS,
     BatchingType,
 )
+from client.crypto import CryptoKeyReader
 from client.errors import InvalidConfiguration
 from client.routing import MessageRouter, PartitionsRoutingMode
 from protocol import pb
@@ -43,7 +44,9 @@ class ProducerOptions:
     ``client.routing``). ``lazy_start_partitioned_producers`` is accepted and ignored (every
     partition's producer starts at once); ``batching_type=BatchingType.KeyBased`` batches by key
     (``client.key_based_batching``);
-    ``encryption_key`` and ``crypto_key_reader`` are refused (no end-to-end encryption yet).
+    ``encryption_key`` with ``crypto_key_reader`` encrypts every entry end to end
+    (``client.producer.encryption``); as in the official client, either one alone encrypts
+    nothing.
     """
 
     topic: str
@@ -65,7 +68,7 @@ class ProducerOptions:
     properties: Mapping[str, str] | None = None
     batching_type: BatchingType | int = BatchingType.Default
     encryption_key: str | None = None
-    crypto_key_reader: object = None
+    crypto_key_reader: CryptoKeyReader | None = None
     access_mode: ProducerAccessMode | int = ProducerAccessMode.Shared
     message_router: MessageRouter | None = None
 
@@ -96,6 +99,7 @@ class ProducerOptions:
         check_type_or_none(Mapping, self.properties, "properties")
         check_type(int, self.batching_type, "batching_type")
         check_type_or_none(str, self.encryption_key, "encryption_key")
+        check_type_or_none(CryptoKeyReader, self.crypto_key_reader, "crypto_key_reader")
         check_type(int, self.access_mode, "access_mode")
         if self.batching_enabled and self.chunking_enabled:
             raise ValueError("Batching and chunking of messages can't be enabled together.")
@@ -122,6 +126,13 @@ class ProducerOptions:
             chunking_enabled=self.chunking_enabled,
             schema=self.schema,
             batching_type=BatchingType(int(self.batching_type)),
+            # The C++ ProducerConfiguration encrypts only with both a key name and a reader.
+            encryption_keys=(
+                (self.encryption_key,)
+                if self.encryption_key and self.crypto_key_reader is not None
+                else ()
+            ),
+            crypto_key_reader=self.crypto_key_reader,
         )
 
 
@@ -145,9 +156,14 @@ class ProducerConfig:
     chunking_enabled: bool = False
     schema: PayloadEncoder | None = None
     batching_type: BatchingType = BatchingType.Default
+    #: The names of the public keys each entry's data key is encrypted with (none: plain).
+    encryption_keys: tuple[str, ...] = ()
+    crypto_key_reader: CryptoKeyReader | None = None
 
     def __post_init__(self) -> None:
         if self.batching_enabled and self.chunking_enabled:
             raise InvalidConfiguration("batching and chunking cannot be enabled together")
         if self.send_timeout_millis < 0:
             raise InvalidConfiguration("send_timeout_millis must be >= 0 (0: never time out)")
+        if self.encryption_keys and self.crypto_key_reader is None:
+            raise InvalidConfiguration("encryption_keys need a crypto_key_reader")

@@ -325,7 +325,7 @@ def test_names_connections_and_contexts(ours: Client, official: pulsar.Client) -
     assert reader.is_connected()
     ids = publish(ours, topic, 1)
     message = named.receive(5000)
-    assert message.encryption_context() is None  # type: ignore[func-returns-value]
+    assert message.encryption_context() is None
     named.close()
     reader.close()
     assert not named.is_connected()

@@ -25,12 +25,6 @@ _NOT_API = {"Callable", "List", "Optional", "Tuple", "Union", "logging", "re", "
 
 # Official names we have no counterpart for yet, each with the issue that would bring it.
 _NOT_YET = {
-    # End-to-end encryption (owned by nobody this round, issue #23 leaves it out): the key
-    # reader and the decrypted message's context types. ``Message.encryption_context()``
-    # exists and answers None, as the official for an unencrypted message.
-    "CryptoKeyReader",
-    "EncryptionContext",
-    "EncryptionKey",
     # Cluster failover (several service URLs switched at run time): not implemented.
     "AutoClusterFailover",
     "ServiceInfo",
