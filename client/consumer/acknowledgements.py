@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from typing import Protocol
 
 from client.acks import BatchAcks, EntryKey, ack_set_words, entry_key, wire_entry
@@ -126,6 +127,31 @@ class Acknowledger:
                 return
         self._acks.add(wire_entry(key))
         self._untrack(key)
+
+    def acknowledge_queued(self, pending: deque[Message | MessageId]) -> None:
+        """Acknowledge everything in ``pending``, emptied from the left (a blocking consumer's
+        window of acknowledgements, which its thread may still be appending to).
+
+        One call for the window: without a dead-letter policy or batch-index acks, a message
+        of a batch whose entry is not done yet costs a set update here and nothing more.
+        """
+        simple = self._dead_letter is None and not self._config.batch_index_ack_enabled
+        batch_ack = self._batches.ack
+        add = self._acks.add
+        acknowledge = self.acknowledge
+        popleft = pending.popleft
+        while pending:
+            item = popleft()
+            message_id = item.message_id() if item.__class__ is Message else id_of(item)
+            if simple:
+                ledger, entry_id, batch_index, batch_size = message_id.position()
+                if batch_index >= 0 and batch_size > 0:
+                    key = (ledger, entry_id)
+                    if not batch_ack(key, batch_index, batch_size):  # the entry is done
+                        add(wire_entry(key))
+                        self._untrack(key)
+                    continue
+            acknowledge(message_id)
 
     def acknowledge_cumulative(self, message_id: MessageId) -> None:
         """Raises:

@@ -28,6 +28,7 @@ import contextlib
 import enum
 import logging
 import os
+from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from client.acks import BatchAcks
@@ -111,6 +112,7 @@ class AsyncConsumer:
             self._send_flow,
             self.is_receiving,
             settle_every_take=self._tracks_handouts,
+            bulk_takes=config.durable,
         )
         # One grouper: everything about acknowledgement leaves in the order it was made.
         self._acks = AckGrouper(self._loop, consumer_id, self._connection)
@@ -213,6 +215,12 @@ class AsyncConsumer:
         self._check_open()
         message_id = message.message_id() if message.__class__ is Message else id_of(message)
         self._acknowledger.acknowledge(message_id)
+
+    def acknowledge_queued(self, pending: deque[Message | MessageId]) -> None:
+        """``acknowledge`` each message or id of ``pending``, emptying it from the left (the
+        blocking facade's window of acknowledgements, in one call)."""
+        self._check_open()
+        self._acknowledger.acknowledge_queued(pending)
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Acknowledge every message up to this one (not on Shared/Key_Shared).
@@ -332,25 +340,15 @@ class AsyncConsumer:
 
     # --- the blocking facade's receiver, on its own thread --------------------------------
 
-    def take_queued(self) -> tuple[Message, bool] | None:
-        """Thread-safe: the next queued message for a blocking receiver on another thread, or
-        None. With it comes whether the caller must then run ``settle_taken(message)`` on the
-        loop, before any acknowledgement of it (the blocking facade's FIFO inbox keeps that
-        order); see ``ReceiverQueue.take_for_thread``."""
-        return self._receiver.take_for_thread()
-
-    def wait_queued(self, timeout: float | None) -> None:
-        """Thread-safe: block the calling thread until a message is queued, the consumer
-        closes, or ``timeout`` seconds pass; see ``ReceiverQueue.wait_for_thread``."""
-        self._receiver.wait_for_thread(timeout)
-
-    def owes_permits(self) -> bool:
-        """Whether a blocking receiver took messages whose permits are not returned yet."""
-        return self._receiver.owes_permits()
+    @property
+    def receiver_queue(self) -> ReceiverQueue:
+        """The receiver queue, for a blocking receiver on another thread: its ``*_for_thread``
+        methods are thread-safe; what they hand out is settled on the loop (``settle_taken``)."""
+        return self._receiver
 
     def settle_taken(self, message: Message | None) -> None:
-        """On the loop: the bookkeeping of handing out for messages ``take_queued`` took
-        (``message``: the one to track, when tracking is on)."""
+        """On the loop: the bookkeeping of handing out for messages a blocking receiver took
+        from ``receiver_queue`` (``message``: the one to track, when tracking is on)."""
         if message is not None and self._tracks_handouts:
             self._acknowledger.handed_out(message, message.message_id())
         self._receiver.settle_owed()
@@ -586,7 +584,7 @@ class AsyncConsumer:
                     await cnx.request(lambda rid: commands.close_consumer(self._consumer_id, rid))
                 except PulsarException as exc:
                     logger.info("%s: close not confirmed by the broker: %r", self, exc)
-        self._receiver.messages.clear()
+        self._receiver.clear()  # and stale runs a blocking receiver took
         if self._dead_letter is not None:
             await self._dead_letter.close()
         self._state = _State.CLOSED

@@ -8,7 +8,9 @@ A blocking ``Consumer`` on another thread takes queued messages without a round 
 the event loop (``take_for_thread``) and, with nothing queued, waits on a thread event that is
 set when messages arrive (``wait_for_thread``); the permits it owes go back on the loop, a few
 at a time (``settle_owed``). A lock makes "pop and owe its permit" atomic against a clear of
-the queue, which folds the owed permits in as if returned at the pop.
+the queue, which folds the owed permits in as if returned at the pop. A durable consumer's
+blocking receiver takes a run of messages under one lock (``take_run_for_thread``); every clear
+bumps ``generation``, so a run taken before it is dropped, as the queue it came from was.
 
 A zero queue (``receiver_queue_size`` 0, the official zero-queue consumer) never prefetches:
 a receiver with nothing queued asks for one entry (``ask_one``: FLOW 1), and asks again only
@@ -39,10 +41,13 @@ class ReceiverQueue:
         "_owed",
         "_owed_flush",
         "_permits",
+        "_run_size",
         "_send_flow",
         "_settle_every_take",
         "_thread_wakeup",
         "arrived",
+        "bulk_takes",
+        "generation",
         "last_taken",
         "messages",
         "threads_waiting",
@@ -56,6 +61,7 @@ class ReceiverQueue:
         is_open: Callable[[], bool],
         *,
         settle_every_take: bool,
+        bulk_takes: bool = False,
     ) -> None:
         # Never rebound: the consumer's receive paths hold on to it.
         self.messages: deque[Message] = deque()
@@ -73,6 +79,12 @@ class ReceiverQueue:
         self._owed_flush = max(1, self._flow_threshold // 4)
         # Handing out needs bookkeeping on the loop (ack timeout, dead letters) for every take.
         self._settle_every_take = settle_every_take
+        #: Blocking receivers may take runs of messages (``take_run_for_thread``): a durable
+        #: consumer without per-take bookkeeping (a reader's ``last_taken`` must be exact).
+        self.bulk_takes = bulk_takes and not settle_every_take
+        self._run_size = min(self._owed_flush, 128)
+        #: Bumped by every ``clear``: runs taken before are stale.
+        self.generation = 0
         self._lock = threading.Lock()
         self._owed = 0
         #: Blocking receivers waiting in other threads for the queue to fill.
@@ -89,7 +101,10 @@ class ReceiverQueue:
         """Something was queued (or the consumer closes): wake receivers on the loop and in
         other threads."""
         self.arrived.set()
-        if self.threads_waiting:
+        if self.threads_waiting and not self._thread_wakeup.is_set():
+            # Set once per wait, not once per message that arrives before the waiter runs
+            # (``Event.set`` takes a lock and notifies). Safe: the waiter clears the event
+            # before it looks at the queue, so a set seen here is one it has not consumed.
             self._thread_wakeup.set()
 
     def handed_out(self, message_id: MessageId) -> None:
@@ -120,7 +135,15 @@ class ReceiverQueue:
 
     def owes_permits(self) -> bool:
         """Whether a blocking receiver took messages whose permits are not returned yet."""
-        return self._owed > 0
+        return self._owed != 0
+
+    def flow_owed(self) -> bool:
+        """Whether the permits blocking receivers owe would make a FLOW due: before waiting,
+        a receiver settles only then (the broker could stall otherwise). Below the threshold
+        the broker still holds more than a quarter of the queue's permits (the owed ones are
+        settled every ``_owed_flush`` takes), so waking the loop would buy nothing."""
+        owed = self._owed
+        return owed != 0 and (owed < 0 or owed + self._permits >= self._flow_threshold)
 
     def settle_owed(self) -> None:
         """Return the permits of the messages blocking receivers took."""
@@ -134,6 +157,7 @@ class ReceiverQueue:
         with self._lock:
             dropped = len(self.messages)
             self.messages.clear()
+            self.generation += 1
             self._permits += self._owed  # taken before the clear: returned by then
             self._owed = 0
         return dropped
@@ -153,6 +177,32 @@ class ReceiverQueue:
             self.last_taken = message.message_id()
             settle = self._settle_every_take or self._owed >= self._owed_flush
         return message, settle
+
+    def take_run_for_thread(self) -> tuple[list[Message], int, bool] | None:
+        """Thread-safe, for ``bulk_takes``: up to a permit group's worth of queued messages
+        (one lock for the run, not one per message), the ``generation`` they belong to, and
+        whether to settle on the loop; None when nothing is queued. Their permits are owed
+        at once, so a run waiting in the receiver counts as handed out (a clear folds them)."""
+        with self._lock:
+            messages = self.messages
+            count = min(len(messages), self._run_size)
+            if not count:
+                return None
+            popleft = messages.popleft
+            run = [popleft() for _ in range(count)]
+            self._owed += count
+            self.last_taken = run[-1].message_id()
+            return run, self.generation, self._owed >= self._owed_flush
+
+    def give_back_for_thread(self, run: list[Message], generation: int) -> None:
+        """Thread-safe: put the untaken rest of a run back at the head of the queue (a
+        ``batch_receive`` on the loop is to see it first), unless a clear made it stale. Its
+        permits are no longer owed (below zero if already settled: taken back at the next
+        settle)."""
+        with self._lock:
+            if generation == self.generation and run:
+                self.messages.extendleft(reversed(run))
+                self._owed -= len(run)
 
     def wait_for_thread(self, timeout: float | None) -> None:
         """Thread-safe: block the calling thread (not the loop) until a message is queued, the

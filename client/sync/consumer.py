@@ -1,14 +1,17 @@
 """``Consumer``: the blocking consumer (``pulsar.Consumer``'s API) over an ``AsyncConsumer``.
 
 ``receive`` takes queued messages in the calling thread, without a round trip through the
-client's loop (``AsyncConsumer.take_queued``); acknowledgements reach the loop without waiting.
+client's loop (``AsyncConsumer.receiver_queue``), a run of them per lock for a durable
+consumer; acknowledgements reach the loop without waiting, a window of them per loop call.
 ``Client.subscribe`` takes ``SubscribeOptions``' parameters, as ``AsyncClient.subscribe`` does,
 then the official ``message_listener`` (``BlockingSubscribeOptions``).
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,6 +31,8 @@ from client.multi_topic import AsyncMultiTopicConsumer
 from client.sync.runner import Runner
 
 __all__ = ["BlockingSubscribeOptions", "Consumer", "MessageListener"]
+
+logger = logging.getLogger(__name__)
 
 MessageListener = Callable[["Consumer", Message], None]
 
@@ -62,6 +67,19 @@ class Consumer:
     ) -> None:
         self._runner = runner
         self._consumer = consumer
+        queue = consumer.receiver_queue if isinstance(consumer, AsyncConsumer) else None
+        self._queue = queue
+        # A run of messages taken from the receiver queue in one go (``bulk_takes``), handed
+        # out one per receive while the queue was not cleared since (``generation``).
+        self._run: deque[Message] = deque()
+        self._run_generation = -1
+        # Acknowledgements waiting for the loop: one inbox call drains a window of them.
+        # Only when handing out needs no bookkeeping on the loop: otherwise each must follow
+        # its message's ``settle_taken`` in the inbox's FIFO order (the general path).
+        self._acks: deque[Message | MessageId] | None = (
+            deque() if queue is not None and queue.bulk_takes else None
+        )
+        self._acks_armed = False
         # Acknowledgements run later on the loop: what they would refuse is refused here.
         self._shared = shared
         self._listener = runner.listeners.start(
@@ -103,7 +121,7 @@ class Consumer:
             ValueError: ``timeout_millis`` is not an int (the official check).
             Timeout, AlreadyClosed: as ``AsyncConsumer.receive``.
         """
-        if timeout_millis is not None:
+        if timeout_millis is not None and timeout_millis.__class__ is not int:
             check_type(int, timeout_millis, "timeout_millis")
         self._refuse_with_listener()
         return self._receive(timeout_millis)
@@ -132,18 +150,43 @@ class Consumer:
         runner = self._runner
         runner.check_usable()
         runner.loop_thread.refuse_to_block_the_loop()
+        queue = self._queue
+        assert queue is not None
+        run = self._run
+        if run:
+            if queue.generation == self._run_generation:
+                try:
+                    return run.popleft()
+                except IndexError:  # another thread receiving took the last one
+                    pass
+            else:
+                run.clear()  # the queue was cleared since: so is the run (the broker resends it)
         deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
         while True:
-            taken = consumer.take_queued()
-            if taken is not None:
-                message, settle = taken
-                if settle:
-                    runner.submit_deferred(consumer.settle_taken, message)
-                return message
+            if queue.bulk_takes:
+                taken_run = queue.take_run_for_thread()
+                if taken_run is not None:
+                    messages, self._run_generation, settle = taken_run
+                    if settle:
+                        # At once when a FLOW is due (a deferred one would hold it back while
+                        # the broker could start its next read), else with the next window.
+                        if queue.flow_owed():
+                            runner.submit(consumer.settle_taken, None)
+                        else:
+                            runner.submit_deferred(consumer.settle_taken, None)
+                    run.extend(messages[1:])
+                    return messages[0]
+            else:
+                taken = queue.take_for_thread()
+                if taken is not None:
+                    message, settle = taken
+                    if settle:
+                        runner.submit_deferred(consumer.settle_taken, message)
+                    return message
             if not consumer.is_receiving():
                 # Closed or failed: the loop's receive raises the right error.
                 return runner.run(consumer.receive(timeout_millis))
-            if consumer.owes_permits():  # returned before waiting, or the broker may stall
+            if queue.flow_owed():  # returned before waiting, or the broker may stall
                 runner.submit(consumer.settle_taken, None)
             if consumer.zero_queue:  # nothing is prefetched: ask for one entry
                 consumer.check_zero_queue_timeout(timeout_millis)
@@ -151,7 +194,7 @@ class Consumer:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise Timeout(f"no message within {timeout_millis} ms")
-            consumer.wait_queued(left)
+            queue.wait_for_thread(left)
 
     def get_last_message_id(self) -> MessageId:
         """The id of the topic's last message (entry id -1: empty); one topic only.
@@ -171,12 +214,40 @@ class Consumer:
     ) -> list[Message]:
         """As ``AsyncConsumer.batch_receive``: by the subscription's ``batch_receive_policy``."""
         self._refuse_with_listener()
+        if self._run and self._queue is not None:  # taken ahead by receive: first in line
+            self._queue.give_back_for_thread(list(self._run), self._run_generation)
+            self._run.clear()
         return self._runner.run(self._consumer.batch_receive(max_num_messages, timeout_ms))
 
     def acknowledge(self, message: Message | MessageId) -> None:
         if message.__class__ is not Message:
             id_of(message)  # TypeError here, not later on the loop
-        self._runner.submit_deferred(self._consumer.acknowledge, message)
+        acks = self._acks
+        if acks is None:
+            self._runner.submit_deferred(self._consumer.acknowledge, message)
+            return
+        self._runner.check_usable()
+        acks.append(message)
+        if not self._acks_armed:
+            # One drain per window: later acknowledgements join the queue it empties. The
+            # drain is in the inbox ahead of anything this thread submits next, so every
+            # acknowledgement made before a call reaches the loop before that call does (one
+            # made after it may arrive earlier: acknowledgements commute with the rest).
+            self._acks_armed = True
+            self._runner.submit_deferred(self._drain_acks)
+
+    def _drain_acks(self) -> None:
+        """On the loop: acknowledge everything queued by ``acknowledge``."""
+        self._acks_armed = False  # first: an acknowledgement from now on arms the next drain
+        acks = self._acks
+        consumer = self._consumer
+        assert acks is not None
+        assert isinstance(consumer, AsyncConsumer)
+        try:
+            consumer.acknowledge_queued(acks)
+        except Exception:
+            logger.exception("%s: acknowledgements failed", consumer)
+            acks.clear()  # closed: nothing more can be acknowledged
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Raises:

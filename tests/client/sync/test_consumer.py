@@ -79,3 +79,74 @@ def test_acknowledgements_reach_the_broker_without_any_later_call(running: Broke
             return int(stats["subscriptions"]["sub"]["msgBacklog"])
 
         wait_until(lambda: backlog() == 0, 10)
+
+
+def _queued(consumer: object, count: int) -> bool:
+    return consumer.async_consumer.queued == count  # type: ignore[attr-defined, no-any-return]
+
+
+def test_a_run_taken_ahead_is_dropped_when_the_queue_is_cleared(running: BrokerThread) -> None:
+    # A durable consumer's receive takes a run of queued messages at once (one lock, not one
+    # per message). Redelivering everything clears the queue: the rest of that run must go
+    # too, or its messages would come twice, ahead of the redelivered ones.
+    topic = new_topic()
+    with Client(running.url) as client:
+        consumer = client.subscribe(topic, "sub", receiver_queue_size=64)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(20):
+            producer.send(str(i).encode())
+        wait_until(lambda: _queued(consumer, 20))
+        queue = consumer.async_consumer.receiver_queue  # type: ignore[union-attr]
+        assert consumer.receive(5_000).data() == b"0"
+        assert 0 < len(queue.messages) < 19  # the rest of a run is taken
+        generation = queue.generation
+        consumer.redeliver_unacknowledged_messages()
+        wait_until(lambda: queue.generation != generation)
+        received = [consumer.receive(5_000).data() for _ in range(20)]
+        assert received == [str(i).encode() for i in range(20)]
+
+
+def test_batch_receive_sees_the_rest_of_a_run_first(running: BrokerThread) -> None:
+    topic = new_topic()
+    with Client(running.url) as client:
+        consumer = client.subscribe(topic, "sub")
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(10):
+            producer.send(str(i).encode())
+        wait_until(lambda: _queued(consumer, 10))
+        assert consumer.receive(5_000).data() == b"0"
+        assert _queued(consumer, 0)  # the other nine were taken with it
+        batch = consumer.batch_receive(9, 5_000)
+        assert [m.data() for m in batch] == [str(i).encode() for i in range(1, 10)]
+
+
+def test_acknowledgements_of_batched_messages_complete_their_entries(
+    running: BrokerThread,
+) -> None:
+    # The blocking consumer hands its acknowledgements to the loop a window at a time; an
+    # entry of a batch is acknowledged once every message of it is, and not before.
+    topic = new_topic()
+
+    def backlog() -> int:
+        stats = topic_stats(running.http, topic)
+        return int(stats["subscriptions"]["sub"]["msgBacklog"])
+
+    with Client(running.url) as client:
+        consumer = client.subscribe(topic, "sub")
+        producer = client.create_producer(
+            topic,
+            batching_enabled=True,
+            batching_max_messages=10,
+            batching_max_publish_delay_ms=60_000,
+        )
+        for i in range(30):
+            producer.send_async(str(i).encode(), None)
+        producer.flush()
+        messages = [consumer.receive(5_000) for _ in range(30)]
+        assert len({m.message_id().entry_id() for m in messages}) == 3  # three batches
+        for message in messages[:-1]:
+            consumer.acknowledge(message)
+        consumer.get_last_message_id()  # answered after the acknowledgements reached the broker
+        assert backlog() >= 1  # the last batch is not done: its entry is still unacknowledged
+        consumer.acknowledge(messages[-1])
+        wait_until(lambda: backlog() == 0, 10)
