@@ -1,9 +1,9 @@
 """The house rules of imports, read from the source with ``ast`` (issue #22).
 
 Every ``import`` and ``from ... import`` counts: at module level, inside functions, and under
-``if TYPE_CHECKING:`` (a type-only circle is still a circle a reader has to untangle). A name
-imported from a package counts as an import of its submodule when it is one, else of the
-package (``__init__.py``); importing ``a.b`` does not count as importing ``a``.
+``if TYPE_CHECKING:`` (a type-only circle is still a circle a reader has to untangle).
+``from pkg import name`` counts as an import of ``pkg`` (its ``__init__.py`` runs), and of
+``pkg.name`` too when that is a module; ``from a.b import name`` does not count ``a``.
 
 Rules:
 * no import circle among the modules of ``protocol``, ``broker``, ``client``, ``spark_connector``;
@@ -75,10 +75,12 @@ def imports_of(module: str, path: Path, modules: dict[str, Path]) -> Iterator[Ed
                 yield Edge(module, _resolve(alias.name, modules), node.lineno)
         elif isinstance(node, ast.ImportFrom):
             base = _absolute(module, path, node)
+            # ``from pkg import sub`` runs ``pkg/__init__.py`` and then ``sub``: both count.
+            yield Edge(module, _resolve(base, modules), node.lineno)
             for alias in node.names:
                 submodule = f"{base}.{alias.name}"
-                target = submodule if submodule in modules else _resolve(base, modules)
-                yield Edge(module, target, node.lineno)
+                if submodule in modules:
+                    yield Edge(module, submodule, node.lineno)
 
 
 def all_edges(root: Path) -> list[Edge]:
@@ -149,7 +151,7 @@ def in_package(module: str, package: str) -> bool:
 
 def violations(edges: Iterable[Edge]) -> list[str]:
     """Every import that breaks a layering rule (module docstring), as ``source:line -> target``."""
-    found = []
+    found: list[str] = []
     for edge in edges:
         source, target = edge.source, edge.target
         where = f"{source}:{edge.line} -> {target}"
@@ -163,7 +165,13 @@ def violations(edges: Iterable[Edge]) -> list[str]:
         for one, other in (("broker", "client"), ("client", "broker")):
             if in_package(source, one) and in_package(target, other):
                 found.append(f"{one} imports {other}: {where}")
-    return found
+    # One line may import a package and its submodule: report each rule once per line.
+    return list(dict.fromkeys(_per_line(v) for v in found))
+
+
+def _per_line(violation: str) -> str:
+    """``rule: source:line -> target`` without the target (one line, one report)."""
+    return violation.rpartition(" -> ")[0]
 
 
 # --------------------------------------------------------------------------- the project
@@ -219,6 +227,21 @@ def test_checker_finds_a_type_only_circle(tmp_path: Path) -> None:
     edges = all_edges(tmp_path)
     assert circles(graph_of(edges, discover(tmp_path))) == [["broker.a", "broker.b"]]
     assert Edge("broker.c", "broker.a", 2) in edges  # relative, inside a function
+
+
+def test_checker_finds_a_circle_through_a_package_init(tmp_path: Path) -> None:
+    """``from broker.p import helpers`` in ``broker/p/q.py`` runs ``broker/p/__init__.py``,
+    which imports ``q``: a circle even though ``helpers`` is a module of its own."""
+    _write(
+        tmp_path,
+        {
+            "broker/p/__init__.py": "from broker.p.q import Q\n",
+            "broker/p/q.py": "from broker.p import helpers\n",
+            "broker/p/helpers.py": "",
+        },
+    )
+    circle = circles(graph_of(all_edges(tmp_path), discover(tmp_path)))
+    assert circle == [["broker.p", "broker.p.q"]]
 
 
 def test_checker_finds_each_layering_violation(tmp_path: Path) -> None:

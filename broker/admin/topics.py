@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.admin import stats as stats_json
+import broker.admin.stats as stats_json
 from broker.admin.common import (
     AdminError,
     existing_namespace,

@@ -11,7 +11,7 @@ from typing import Any
 import click
 import httpx
 
-from broker.admin_cli import http
+from broker.admin_cli.http import RequestFailed, request
 from broker.admin_cli.render import Output
 
 __all__ = ["Admin", "admin_verb", "reading_verb"]
@@ -31,8 +31,8 @@ class Admin:
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """The decoded answer. A failure is printed and ends the command with its exit code."""
         try:
-            return http.request(self.client, method, path, body)
-        except http.RequestFailed as failure:
+            return request(self.client, method, path, body)
+        except RequestFailed as failure:
             self.output.error(str(failure))
             sys.exit(failure.exit_code)
 

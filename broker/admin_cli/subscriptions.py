@@ -7,9 +7,10 @@ import time
 
 import click
 
-from broker.admin_cli import values
 from broker.admin_cli.invocation import Admin, admin_verb, reading_verb
 from broker.admin_cli.names import subscription_path, topic_name, topic_path
+from broker.admin_cli.values import message_id as message_id_value
+from broker.admin_cli.values import minutes
 
 __all__ = ["VERBS"]
 
@@ -38,7 +39,7 @@ def topics_create_subscription(
 ) -> None:
     done = f"Created subscription {subscription} on {topic_name(topic)}"
     path = subscription_path(topic, subscription)
-    admin.change("PUT", path, values.message_id(message_id), done=done)
+    admin.change("PUT", path, message_id_value(message_id), done=done)
 
 
 @click.command("unsubscribe")
@@ -79,12 +80,12 @@ def topics_reset_cursor(
         admin.change("POST", f"{path}/{_minutes_ago_ms(time_)}", done=done)
     else:
         assert message_id is not None
-        admin.change("POST", path, values.message_id(message_id), done=done)
+        admin.change("POST", path, message_id_value(message_id), done=done)
 
 
 def _minutes_ago_ms(time_: str) -> int:
     """The publish time, in ms since the epoch, ``time_`` (10m, 3h, ...) before now."""
-    back = values.minutes(time_)
+    back = minutes(time_)
     if back < 0:
         raise click.BadParameter("the time to go back must be >= 0", param_hint="--time")
     return int(time.time() * 1000) - back * 60_000

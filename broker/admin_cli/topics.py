@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import click
 
-from broker.admin_cli import subscriptions
 from broker.admin_cli.invocation import Admin, admin_verb, reading_verb
 from broker.admin_cli.names import namespace_path, topic_name, topic_path
+from broker.admin_cli.subscriptions import VERBS as SUBSCRIPTION_VERBS
 
 __all__ = ["topics"]
 
@@ -17,7 +17,7 @@ def topics() -> None:
     """Topics, partitioned topics and subscriptions."""
 
 
-for _verb in subscriptions.VERBS:
+for _verb in SUBSCRIPTION_VERBS:
     topics.add_command(_verb)
 
 
