@@ -16,7 +16,7 @@ import pytest
 from client import ConsumerDeadLetterPolicy, ConsumerType, InitialPosition, MessageId, Result
 from client.asyncio import Client, Consumer, Producer, PulsarException
 from client.schema import AvroSchema, Integer, Record, String
-from tests.helpers import BrokerThread
+from tests.helpers import BrokerThread, wait_until_async
 from tests.integration.test_partitioned_topics import create_partitioned
 
 pytestmark = [pytest.mark.integration]
@@ -147,7 +147,8 @@ async def test_shutdown_fails_what_waits_and_refuses_what_comes(running: BrokerT
     consumer = await made.subscribe(topic, "s")
     await producer.flush()
     waiting = asyncio.ensure_future(producer.send(b"held in a batch"))
-    await asyncio.sleep(0)  # let it reach the batch
+    # Held in the producer's batch (counted as pending) before the shutdown comes.
+    await wait_until_async(lambda: producer._producer._pending.messages == 1)
     made.shutdown()
     assert not producer.is_connected()
     for refused in (waiting, producer.send(b"x"), consumer.receive(), producer.close()):
