@@ -4,9 +4,10 @@ One broker subprocess (default settings). For each mode (unbatched, batched) and
 the official producer first fills a fresh topic with ``--count`` messages of ``--size`` bytes
 (not measured); then the client subscribes from the earliest message (receiver queue 1000) and
 receives and acknowledges every message, one ``receive`` and one ``acknowledge`` per message.
-Reported per run: messages per second (subscribe to last message) and the client's CPU time per
-message (this process's CPU time, the official client's C++ threads included; the broker runs
-in another process). Prints one JSON document.
+Reported per run: messages per second (subscribe to last message), the client's CPU time per
+message (this process's CPU time, the official client's C++ threads included) and the broker's
+(its process, read from ``/proc``), since a client that makes the broker work harder per message
+is slower even when its own CPU is idle. Prints one JSON document.
 
     .venv/bin/python bench/bench_client_consume.py --count 50000
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -63,6 +65,12 @@ def measure(run: Callable[[], None], count: int) -> dict[str, float]:
     wall, cpu = time.perf_counter(), time.process_time()
     run()
     return figures(time.perf_counter() - wall, time.process_time() - cpu, count)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU of another process (Linux ``/proc/<pid>/stat``, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def official(url: str, topic: str, count: int, payload: bytes) -> dict[str, float]:
@@ -140,7 +148,12 @@ def main() -> None:
                     ("ours_async_client", ours_async),
                 ):
                     topic = fill(broker.url, args.count, payload, batched)
-                    results[f"{mode}/{name}"] = run(broker.url, topic, args.count, payload)
+                    assert broker.proc is not None
+                    broker_cpu = process_cpu_seconds(broker.proc.pid)
+                    result = run(broker.url, topic, args.count, payload)
+                    broker_cpu = process_cpu_seconds(broker.proc.pid) - broker_cpu
+                    result["broker_cpu_us_per_msg"] = round(broker_cpu / args.count * 1e6, 1)
+                    results[f"{mode}/{name}"] = result
                 official_rate = results[f"{mode}/official"]["msgs_per_s"]
                 for name in ("ours_blocking_client", "ours_async_client"):
                     key = f"{mode}/{name}"

@@ -135,3 +135,25 @@ def test_delivery_does_not_stall_when_every_batch_is_partially_acked(world: Harn
     assert consumer.unacked_messages == 0
     assert consumer.permits == 2
     assert len(helper_sink.sent) == 20
+
+
+# ------------------------------------------------------------------ one read batch per turn
+
+
+def test_each_turn_of_the_loop_sends_at_most_one_read_batch(world: Harness) -> None:
+    """A consumer with more permits than ``dispatcherMaxReadBatchSize`` gets one read batch
+    per scheduled pass, and the next pass is scheduled until its permits or the entries run
+    out: the client starts on the first batch while the broker sends the rest."""
+    batch = world.limits.max_read_entries
+    _, sink = world.consumer(permits=batch * 2 + batch // 2)
+    positions = [world.ledger.append(b"n=1") for _ in range(batch * 3)]
+    world.ledger.flush()
+    world.sub.schedule_dispatch()
+    passes = []
+    while world.scheduler.queue:
+        world.scheduler.queue.pop(0).callback()
+        passes.append(len(sink.sent))
+    sent_per_pass = [b - a for a, b in zip([0, *passes], passes, strict=False) if b != a]
+    assert not world.scheduler.queue
+    assert sent_per_pass == [batch, batch, batch // 2]
+    assert [s.position for s in sink.sent] == positions[: batch * 2 + batch // 2]
