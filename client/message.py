@@ -17,7 +17,7 @@ from client.crypto.context import EncryptionContext
 from client.message_id import MessageId
 from protocol import pb
 
-__all__ = ["Message", "PayloadDecoder"]
+__all__ = ["Message", "PayloadDecoder", "ReceivedEntry"]
 
 
 class PayloadDecoder(Protocol):
@@ -26,31 +26,59 @@ class PayloadDecoder(Protocol):
     def decode(self, data: bytes) -> Any: ...
 
 
+class ReceivedEntry:
+    """What every message of one received entry shares: its topic, ``MessageMetadata``,
+    redelivery count, schema, position and batch size. A batch of 1000 messages builds one,
+    not 1000 copies of its fields, and a message's id is made from it only when asked for."""
+
+    __slots__ = (
+        "batch_size",
+        "key",
+        "metadata",
+        "partition",
+        "redelivery_count",
+        "schema",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        metadata: pb.MessageMetadata,
+        ledger_id: int,
+        entry_id: int,
+        batch_size: int,
+        partition: int,
+        redelivery_count: int = 0,
+        schema: PayloadDecoder | None = None,
+    ) -> None:
+        self.topic = topic
+        self.metadata = metadata
+        #: ``(ledger_id, entry_id)``: the entry's key in the acknowledgement bookkeeping.
+        self.key = (ledger_id, entry_id)
+        self.batch_size = batch_size
+        self.partition = partition
+        self.redelivery_count = redelivery_count
+        self.schema = schema
+
+
 class Message:
     """One received message.
 
     Built on the consumer's hot path, so it keeps the parsed ``MessageMetadata`` (shared by
-    every message of an entry) and, inside a batch, the parsed ``SingleMessageMetadata``, and
-    reads a field only when the application asks for it.
+    every message of an entry, in a ``ReceivedEntry``) and, inside a batch, the parsed
+    ``SingleMessageMetadata``, and reads a field only when the application asks for it. The
+    id of a message of a batch is made on the first ``message_id()``: acknowledging through
+    ``batch_position`` never needs it.
     """
 
-    __slots__ = (
-        "_data",
-        "_message_id",
-        "_metadata",
-        "_redelivery_count",
-        "_schema",
-        "_single",
-        "_topic",
-    )
+    __slots__ = ("_data", "_entry", "_index", "_message_id", "_single")
 
     _data: bytes
-    _metadata: pb.MessageMetadata
-    _message_id: MessageId
-    _redelivery_count: int
-    _schema: PayloadDecoder | None
+    _entry: ReceivedEntry
+    _index: int
+    _message_id: MessageId | None
     _single: pb.SingleMessageMetadata | None
-    _topic: str
 
     def __init__(
         self,
@@ -65,11 +93,18 @@ class Message:
     ) -> None:
         self._data = data
         self._message_id = message_id
-        self._topic = topic
-        self._metadata = metadata
+        self._entry = ReceivedEntry(
+            topic,
+            metadata,
+            message_id.ledger_id(),
+            message_id.entry_id(),
+            message_id.batch_size(),
+            message_id.partition(),
+            redelivery_count,
+            schema,
+        )
+        self._index = message_id.batch_index()
         self._single = single
-        self._redelivery_count = redelivery_count
-        self._schema = schema
 
     @classmethod
     def from_entry(
@@ -99,14 +134,28 @@ class Message:
         schema: PayloadDecoder | None = None,
     ) -> Message:
         """Message ``message_id.batch_index()`` of a batch entry (``single`` is its header)."""
+        return cls(
+            payload,
+            message_id,
+            topic,
+            metadata,
+            single,
+            redelivery_count=redelivery_count,
+            schema=schema,
+        )
+
+    @classmethod
+    def of_record(
+        cls, entry: ReceivedEntry, index: int, single: pb.SingleMessageMetadata, payload: bytes
+    ) -> Message:
+        """Message ``index`` of the batch ``entry``: the consumer's hot path, one per received
+        message, so it sets five fields and makes no id."""
         message = _new_message(cls)
         message._data = payload
-        message._message_id = message_id
-        message._topic = topic
-        message._metadata = metadata
+        message._entry = entry
+        message._index = index
         message._single = single
-        message._redelivery_count = redelivery_count
-        message._schema = schema
+        message._message_id = None
         return message
 
     def data(self) -> bytes:
@@ -115,42 +164,57 @@ class Message:
 
     def value(self) -> Any:
         """The payload decoded by the consumer's schema (the bytes without one)."""
-        if self._schema is None:
+        schema = self._entry.schema
+        if schema is None:
             return self._data
-        return self._schema.decode(self._data)
+        return schema.decode(self._data)
 
     def properties(self) -> dict[str, str]:
-        fields = self._single if self._single is not None else self._metadata
+        fields = self._single if self._single is not None else self._entry.metadata
         return {kv.key: kv.value for kv in fields.properties}
 
     def partition_key(self) -> str:
-        fields = self._single if self._single is not None else self._metadata
+        fields = self._single if self._single is not None else self._entry.metadata
         return fields.partition_key
 
     def ordering_key(self) -> str:
-        fields = self._single if self._single is not None else self._metadata
+        fields = self._single if self._single is not None else self._entry.metadata
         return _text(fields.ordering_key)
 
     def event_timestamp(self) -> int:
         """Application event time in ms since the epoch, 0 when not set."""
-        fields = self._single if self._single is not None else self._metadata
+        fields = self._single if self._single is not None else self._entry.metadata
         return fields.event_time
 
     def publish_timestamp(self) -> int:
         """Time the producer published the message, ms since the epoch."""
-        return self._metadata.publish_time
+        return self._entry.metadata.publish_time
 
     def message_id(self) -> MessageId:
-        return self._message_id
+        message_id = self._message_id
+        if message_id is None:
+            entry = self._entry
+            ledger_id, entry_id = entry.key
+            message_id = self._message_id = MessageId.of_entry(
+                ledger_id, entry_id, self._index, entry.batch_size, entry.partition
+            )
+        return message_id
+
+    def batch_position(self) -> tuple[tuple[int, int], int, int]:
+        """``((ledger_id, entry_id), batch_index, batch_size)`` without making the id (the
+        acknowledgement of a message of a batch needs no more); index -1 and size 0 for a
+        message that is a whole entry (or a chunked one: ``message_id()`` knows its chunks)."""
+        entry = self._entry
+        return entry.key, self._index, entry.batch_size
 
     def redelivery_count(self) -> int:
-        return self._redelivery_count
+        return self._entry.redelivery_count
 
     def topic_name(self) -> str:
-        return self._topic
+        return self._entry.topic
 
     def producer_name(self) -> str:
-        return self._metadata.producer_name
+        return self._entry.metadata.producer_name
 
     def sequence_id(self) -> int:
         """The producer's sequence id for this message (its PIP-6 dedup key).
@@ -159,30 +223,33 @@ class Message:
         sequence id plus the index (what the official clients assume).
         """
         single = self._single
+        metadata = self._entry.metadata
         if single is None:
-            return self._metadata.sequence_id
+            return metadata.sequence_id
         if single.HasField("sequence_id"):
             return single.sequence_id
-        return self._metadata.sequence_id + max(self._message_id.batch_index(), 0)
+        return metadata.sequence_id + max(self._index, 0)
 
     def has_null_value(self) -> bool:
         """A tombstone: sent with ``None`` as content."""
-        fields = self._single if self._single is not None else self._metadata
+        fields = self._single if self._single is not None else self._entry.metadata
         return fields.null_value
 
     def schema_version(self) -> bytes:
-        return self._metadata.schema_version
+        return self._entry.metadata.schema_version
 
     def encryption_context(self) -> EncryptionContext | None:
         """The official ``Message.encryption_context()``: how the message was encrypted, None
         when it was not. A message handed out still encrypted (``crypto_failure_action``
         CONSUME) is a ``consumer.entries.UndecryptedMessage``, whose context says so."""
-        if not self._metadata.encryption_keys:
+        metadata = self._entry.metadata
+        if not metadata.encryption_keys:
             return None
-        return EncryptionContext(self._metadata, False)
+        return EncryptionContext(metadata, False)
 
     def __repr__(self) -> str:
-        return f"Message(id={self._message_id}, topic={self._topic!r}, {len(self._data)} bytes)"
+        topic = self._entry.topic
+        return f"Message(id={self.message_id()}, topic={topic!r}, {len(self._data)} bytes)"
 
 
 _new_message = object.__new__

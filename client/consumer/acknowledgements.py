@@ -106,25 +106,40 @@ class Acknowledger:
             due = self._loop.time() + self._config.unacked_messages_timeout_ms / 1000
             self.redelivery.track_unacked(entry_key(message_id), due)
 
+    def acknowledge_message(self, message: Message) -> None:
+        """``acknowledge(message.message_id())``, without making the id of a message of a
+        batch (the consumer's hot path)."""
+        key, batch_index, batch_size = message.batch_position()
+        if batch_index >= 0 and batch_size > 0:
+            self._acknowledge_in_batch(key, batch_index, batch_size)
+        else:
+            self.acknowledge(message.message_id())
+
     def acknowledge(self, message_id: MessageId) -> None:
         ledger, entry_id, batch_index, batch_size = message_id.position()
         key = (ledger, entry_id)
         if batch_index >= 0 and batch_size > 0:  # one message of a batch (PIP-54)
-            unacked = self._batches.ack(key, batch_index, batch_size)
-            if self._dead_letter is not None:
-                self._dead_letter.forget_message(key, batch_index)
-            if unacked:
-                if self._config.batch_index_ack_enabled:
-                    self._acks.add((wire_entry(key), ack_set_words(unacked, batch_size)))
-                return
-        else:
-            first_chunk = message_id.first_chunk()
-            if first_chunk is not None:
-                chunks = self._entries.take_chunk_ids(key, (first_chunk, message_id.wire))
-                for chunk in chunks:
-                    self._acks.add(wire_entry(entry_key(chunk)))
-                self._untrack(key)
-                return
+            self._acknowledge_in_batch(key, batch_index, batch_size)
+            return
+        first_chunk = message_id.first_chunk()
+        if first_chunk is not None:
+            chunks = self._entries.take_chunk_ids(key, (first_chunk, message_id.wire))
+            for chunk in chunks:
+                self._acks.add(wire_entry(entry_key(chunk)))
+            self._untrack(key)
+            return
+        self._acks.add(wire_entry(key))
+        self._untrack(key)
+
+    def _acknowledge_in_batch(self, key: EntryKey, batch_index: int, batch_size: int) -> None:
+        """One message of a batch (PIP-54): the entry is acknowledged once all of them are."""
+        unacked = self._batches.ack(key, batch_index, batch_size)
+        if self._dead_letter is not None:
+            self._dead_letter.forget_message(key, batch_index)
+        if unacked:
+            if self._config.batch_index_ack_enabled:
+                self._acks.add((wire_entry(key), ack_set_words(unacked, batch_size)))
+            return
         self._acks.add(wire_entry(key))
         self._untrack(key)
 
@@ -140,18 +155,19 @@ class Acknowledger:
         add = self._acks.add
         acknowledge = self.acknowledge
         popleft = pending.popleft
+        acknowledge_message = self.acknowledge_message
         while pending:
             item = popleft()
-            message_id = item.message_id() if item.__class__ is Message else id_of(item)
-            if simple:
-                ledger, entry_id, batch_index, batch_size = message_id.position()
-                if batch_index >= 0 and batch_size > 0:
-                    key = (ledger, entry_id)
-                    if not batch_ack(key, batch_index, batch_size):  # the entry is done
-                        add(wire_entry(key))
-                        self._untrack(key)
-                    continue
-            acknowledge(message_id)
+            if item.__class__ is not Message:
+                acknowledge(id_of(item))
+                continue
+            key, batch_index, batch_size = item.batch_position()
+            if simple and batch_index >= 0 and batch_size > 0:
+                if not batch_ack(key, batch_index, batch_size):  # the entry is done
+                    add(wire_entry(key))
+                    self._untrack(key)
+                continue
+            acknowledge_message(item)
 
     def acknowledge_cumulative(self, message_id: MessageId) -> None:
         """Raises:

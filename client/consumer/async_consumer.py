@@ -213,8 +213,10 @@ class AsyncConsumer:
     def acknowledge(self, message: Message | MessageId) -> None:
         """Acknowledge one message (sent grouped, see ``client.consumer.ack_grouping``)."""
         self._check_open()
-        message_id = message.message_id() if message.__class__ is Message else id_of(message)
-        self._acknowledger.acknowledge(message_id)
+        if message.__class__ is Message:
+            self._acknowledger.acknowledge_message(message)
+        else:
+            self._acknowledger.acknowledge(id_of(message))
 
     def acknowledge_queued(self, pending: deque[Message | MessageId]) -> None:
         """``acknowledge`` each message or id of ``pending``, emptying it from the left (the
@@ -271,7 +273,7 @@ class AsyncConsumer:
             def build(rid: int) -> bytes:
                 return commands.seek(self._consumer_id, rid, publish_time=publish_time)
 
-        self._receiver.last_taken = None
+        self._receiver.forget_last_taken()
         self._ready.clear()
         dropped = self._clear_queue()
         try:
@@ -411,10 +413,9 @@ class AsyncConsumer:
         return True
 
     def _hand_out(self, message: Message) -> Message:
-        message_id = message.message_id()
         if self._tracks_handouts:
-            self._acknowledger.handed_out(message, message_id)
-        self._receiver.handed_out(message_id)
+            self._acknowledger.handed_out(message, message.message_id())
+        self._receiver.handed_out(message)
         return message
 
     def _clear_queue(self) -> int:

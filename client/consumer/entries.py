@@ -35,7 +35,7 @@ from client.consumer.config import ConsumerConfig
 from client.consumer.policies import ConsumerCryptoFailureAction
 from client.consumer.receiver_queue import ReceiverQueue
 from client.crypto import EncryptionContext, MessageDecryptor
-from client.message import Message
+from client.message import Message, ReceivedEntry
 from client.message_id import MessageId
 from protocol import (
     Frame,
@@ -66,7 +66,7 @@ class UndecryptedMessage(Message):
     __slots__ = ()
 
     def encryption_context(self) -> EncryptionContext:
-        return EncryptionContext(self._metadata, True)
+        return EncryptionContext(self._entry.metadata, True)
 
 
 class StartFilter:
@@ -281,23 +281,30 @@ class EntryDecoder:
             self._batches.delivered(
                 (ledger, entry_id), count, set(range(count)) if to_deliver is None else to_deliver
             )
-        topic, schema, redelivery = self._topic, self._schema, command.redelivery_count
+        redelivery = command.redelivery_count
         start, partition = self.start, self._partition
-        filters_start = start.active
-        of_entry, from_batch = MessageId.of_entry, Message.from_batch
+        entry = ReceivedEntry(
+            self._topic, metadata, ledger, entry_id, count, partition, redelivery, self._schema
+        )
+        of_record = Message.of_record
         append = self._receiver.messages.append
         exhausted: list[Message] = []
         if redelivery > self.exhausted_after:  # dead-lettered, not handed out
             append = exhausted.append
         skipped = 0
-        for index, (single, data) in enumerate(records):
-            batch_id = of_entry(ledger, entry_id, index, count, partition)
-            if (to_deliver is not None and index not in to_deliver) or (
-                filters_start and start.before(batch_id)
-            ):
-                skipped += 1
-                continue
-            append(from_batch(topic, batch_id, metadata, single, data, redelivery, schema))
+        if to_deliver is None and not start.active:  # the common case: every message
+            for index, (single, data) in enumerate(records):
+                append(of_record(entry, index, single, data))
+        else:
+            of_entry = MessageId.of_entry
+            for index, (single, data) in enumerate(records):
+                if (to_deliver is not None and index not in to_deliver) or (
+                    start.active
+                    and start.before(of_entry(ledger, entry_id, index, count, partition))
+                ):
+                    skipped += 1
+                    continue
+                append(of_record(entry, index, single, data))
         if exhausted:
             self._exhausted((ledger, entry_id), exhausted, count - skipped)
         elif skipped < count:

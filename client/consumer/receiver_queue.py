@@ -37,6 +37,7 @@ class ReceiverQueue:
         "_asked",
         "_flow_threshold",
         "_is_open",
+        "_last_taken",
         "_lock",
         "_owed",
         "_owed_flush",
@@ -48,7 +49,6 @@ class ReceiverQueue:
         "arrived",
         "bulk_takes",
         "generation",
-        "last_taken",
         "messages",
         "threads_waiting",
         "zero",
@@ -66,8 +66,9 @@ class ReceiverQueue:
         # Never rebound: the consumer's receive paths hold on to it.
         self.messages: deque[Message] = deque()
         self.arrived = asyncio.Event()
-        #: The id of the last message handed out (a reader resumes after it).
-        self.last_taken: MessageId | None = None
+        # The last message handed out (a reader resumes after it); its id is made only when
+        # asked for (``last_taken``), not once per message.
+        self._last_taken: Message | None = None
         self._send_flow = send_flow
         self._is_open = is_open
         self._permits = 0  # consumed since the last FLOW
@@ -107,9 +108,18 @@ class ReceiverQueue:
             # before it looks at the queue, so a set seen here is one it has not consumed.
             self._thread_wakeup.set()
 
-    def handed_out(self, message_id: MessageId) -> None:
+    @property
+    def last_taken(self) -> MessageId | None:
+        """The id of the last message handed out (None: none since the last reset)."""
+        message = self._last_taken
+        return None if message is None else message.message_id()
+
+    def forget_last_taken(self) -> None:
+        self._last_taken = None
+
+    def handed_out(self, message: Message) -> None:
         """A message left the queue for the application: it owes the broker one permit."""
-        self.last_taken = message_id
+        self._last_taken = message
         self._permits += 1
         if self._permits >= self._flow_threshold:
             self.return_permits(0)
@@ -174,7 +184,7 @@ class ReceiverQueue:
                 return None
             message = self.messages.popleft()
             self._owed += 1
-            self.last_taken = message.message_id()
+            self._last_taken = message
             settle = self._settle_every_take or self._owed >= self._owed_flush
         return message, settle
 
@@ -191,7 +201,7 @@ class ReceiverQueue:
             popleft = messages.popleft
             run = [popleft() for _ in range(count)]
             self._owed += count
-            self.last_taken = run[-1].message_id()
+            self._last_taken = run[-1]
             return run, self.generation, self._owed >= self._owed_flush
 
     def give_back_for_thread(self, run: list[Message], generation: int) -> None:

@@ -34,7 +34,7 @@ def test_a_flow_per_half_queue_handed_out() -> None:
         queue.append(message(entry))
     for _ in range(12):
         taken = queue.messages.popleft()
-        queue.handed_out(taken.message_id())
+        queue.handed_out(taken)
     assert flows.sent == [5, 5]
     assert queue.last_taken == MessageId(-1, 1, 11)
 
