@@ -14,7 +14,9 @@ import contextlib
 import logging
 import signal
 
+from broker.cluster.metadata import ClusterMetadata, open_cluster_metadata
 from broker.cluster.service import start_cluster
+from broker.cluster.store import etcd_store_for
 from broker.config import BrokerConfig
 from broker.connection.core import ServerConnection
 from broker.service import BrokerService
@@ -36,6 +38,7 @@ class Broker:
         self._tls_server: asyncio.Server | None = None
         self._web: object | None = None
         self._expiry: asyncio.Task[None] | None = None
+        self._metadata: ClusterMetadata | None = None
         self.port = 0
         self.web_port = 0
         self.tls_port = 0
@@ -44,7 +47,10 @@ class Broker:
     async def start(self) -> None:
         from broker.web import start_web_server  # aiohttp is only needed once serving
 
-        service = BrokerService(self.config)
+        if self.config.metadata_store_url:
+            # Cluster mode: admin metadata lives in etcd; read it before serving anything.
+            self._metadata = await open_cluster_metadata(self.config, etcd_store_for(self.config))
+        service = BrokerService(self.config, self._metadata)
         service.file_layer = self.file_layer
         self.service = service
         loop = asyncio.get_running_loop()
@@ -142,6 +148,9 @@ class Broker:
         from broker.web import stop_web_server
 
         await stop_web_server(self._web)
+        if self._metadata is not None:
+            await self._metadata.close()
+            self._metadata = None
         self.service = None
         log.info("Magnetar broker stopped")
 

@@ -25,13 +25,15 @@ from broker.auth import Security
 from broker.blocking import run_blocking
 from broker.cluster.bundles import Bundle
 from broker.cluster.fence import FenceCheck, StaleOwnershipError, install_fence
+from broker.cluster.metadata import ClusterMetadata
 from broker.cluster.service import ClusterService
 from broker.config import BrokerConfig
 from broker.connection.limits import ConnectionLimiter
 from broker.errors import ServiceNotReady, TopicNotFound
-from broker.metadata.partitions import PartitionStore
-from broker.metadata.policies import PolicyStore
-from broker.metadata.schemas import SchemaStore
+from broker.metadata.partitions import FilePartitionStore, PartitionStore
+from broker.metadata.policies import FilePolicyStore, PolicyStore
+from broker.metadata.schemas import FileSchemaStore, SchemaStore
+from broker.name_locks import NameLocks
 from broker.publish.dedup import MessageDeduplication
 from broker.publish.dedup_snapshot import dedup_config_from, open_ledger_for_dedup, recover_dedup
 from broker.publish.idempotency_snapshot import recover_window, window_config_for
@@ -75,15 +77,25 @@ class ClientConnection(Protocol):
 class BrokerService:
     """What connections and the admin API share: config, topics, policies, schemas."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, metadata: ClusterMetadata | None = None) -> None:
         self.config = config
         self.data_path = config.data_path
         self.data_path.mkdir(parents=True, exist_ok=True)
         metadata_dir = self.data_path / "metadata"
-        self.policies = PolicyStore(metadata_dir)
-        self.schemas = SchemaStore(metadata_dir)
-        self.partitioned = PartitionStore(metadata_dir)
+        # Standalone: files under dataDir/metadata; cluster mode: etcd (docs/CLUSTER.md §8).
+        self.policies: PolicyStore
+        self.schemas: SchemaStore
+        self.partitioned: PartitionStore
+        if metadata is None:
+            self.policies = FilePolicyStore(metadata_dir)
+            self.schemas = FileSchemaStore(metadata_dir)
+            self.partitioned = FilePartitionStore(metadata_dir)
+        else:
+            self.policies, self.schemas = metadata.policies, metadata.schemas
+            self.partitioned = metadata.partitions
         self.security = Security(config, metadata_dir)  # authentication, authorization
+        if metadata is not None:
+            self.security.store.use(metadata.auth)
         #: How topics take their stored policies (retention, TTL, auto-creation, compaction).
         self.topic_policies = TopicPolicies(self.policies, self.partitioned, config)
         self.connections: set[ClientConnection] = set()
@@ -92,7 +104,7 @@ class BrokerService:
         )
         self.topics: dict[str, Topic] = {}
         self.damaged = DamagedTopics()
-        self._load_locks: dict[str, asyncio.Lock] = {}
+        self._load_locks = NameLocks()  # per topic name, gone when unused
         self._topic_work: set[asyncio.Future[Any]] = set()  # see _exclusively
         self._ledger_locks: dict[str, LedgerLock] = {}
         self._producer_counter = 0
@@ -193,7 +205,7 @@ class BrokerService:
         """
 
         async def locked() -> T:
-            async with self._load_locks.setdefault(key, asyncio.Lock()):
+            async with self._load_locks.hold(key):
                 return await work()
 
         task = asyncio.ensure_future(locked())
@@ -363,7 +375,7 @@ class BrokerService:
             if graceful:
                 await self.unload_topic(topic.name)
                 continue
-            async with self._load_locks.setdefault(key, asyncio.Lock()):
+            async with self._load_locks.hold(key):
                 if self.topics.get(key) is not topic:
                     continue
                 del self.topics[key]

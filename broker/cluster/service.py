@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 from broker.cluster.bundles import Bundle, bundle_of, parse_bundle_range
 from broker.cluster.membership import BrokerInfo, Keys
 from broker.cluster.placement import Preallocations, choose_broker
-from broker.cluster.store import Entry, EtcdStore
+from broker.cluster.store import Entry, EtcdStore, etcd_store_for
 from broker.errors import ServiceNotReady
 from protocol.topic_name import TopicName
 
@@ -360,7 +360,7 @@ async def start_cluster(config: BrokerConfig, service: ClusterMember) -> Cluster
         web_url_tls=service.web_url_tls,
     )
     ttl = max(1, round(config.metadata_store_session_timeout_millis / 1000))
-    store = EtcdStore(config.metadata_store_url, timeout_seconds=max(1.0, ttl / 3))
+    store = etcd_store_for(config)
     cluster = ClusterService(
         store,
         me,

@@ -8,9 +8,15 @@ increasing across the whole store: a later owner of a bundle always has a larger
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+from broker.metadata.mirror import Versioned
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
 
 ETCD_SCHEME = "etcd:"
 
@@ -117,6 +123,66 @@ class EtcdStore:
             failure=[],
         )
         return bool(succeeded)
+
+    # -- metadata: versioned reads, compare-and-swap, watches ------------------------------------
+
+    async def read_prefix(self, prefix: str) -> tuple[list[Versioned], int]:
+        """Every key under ``prefix`` and the store's revision at that read (a watch started
+        at revision + 1 misses nothing and repeats nothing)."""
+        result = await self._client.get_prefix(prefix.encode())
+        entries = [
+            Versioned(kv.key.decode(), bytes(kv.value), int(kv.mod_revision)) for kv in result
+        ]
+        return entries, int(result.header.revision)
+
+    async def read(self, key: str) -> Versioned | None:
+        result = await self._client.get(key.encode())
+        if result is None:
+            return None
+        return Versioned(key, bytes(result.value), int(result.mod_revision))
+
+    async def swap(self, key: str, value: bytes | None, mod_revision: int) -> int | None:
+        """Put ``value`` (delete with None) if ``key`` was last changed at ``mod_revision``
+        (0: if it does not exist). The revision of the change, None if the key moved on."""
+        txn = self._client.transactions
+        operation = txn.delete(key.encode()) if value is None else txn.put(key.encode(), value)
+        succeeded, responses = await self._client.transaction(
+            compare=[txn.mod(key.encode()) == mod_revision], success=[operation], failure=[]
+        )
+        if not succeeded:
+            return None
+        reply = responses[0]
+        header = reply.response_delete_range.header if value is None else reply.response_put.header
+        return int(header.revision)
+
+    async def put_absent_unless(self, key: str, value: bytes, guard: str) -> bool:
+        """Put ``key`` if neither it nor ``guard`` exists (one transaction): the import of a
+        previous build's files, which stops for good once ``guard`` (its marker) is written."""
+        txn = self._client.transactions
+        succeeded, _ = await self._client.transaction(
+            compare=[txn.create(guard.encode()) == 0, txn.create(key.encode()) == 0],
+            success=[txn.put(key.encode(), value)],
+            failure=[],
+        )
+        return bool(succeeded)
+
+    async def watch_prefix(self, prefix: str, start_revision: int) -> AsyncIterator[Versioned]:
+        """The changes under ``prefix`` from ``start_revision`` on, in revision order; raises
+        when the stream breaks (etcd restarted, revision compacted): read again and rewatch."""
+        watch = await self._client.watch_prefix(prefix.encode(), start_revision=start_revision)
+        try:
+            async for event in watch:
+                kv = event.kv
+                value = None if event.kind == "DELETE" else bytes(kv.value)
+                yield Versioned(kv.key.decode(), value, int(kv.mod_revision))
+        finally:
+            await watch.cancel()
+
+
+def etcd_store_for(config: BrokerConfig) -> EtcdStore:
+    """A connection to the cluster's etcd as ``config`` says (not connected yet)."""
+    ttl = max(1, round(config.metadata_store_session_timeout_millis / 1000))
+    return EtcdStore(config.metadata_store_url, timeout_seconds=max(1.0, ttl / 3))
 
 
 def _entry(kv: Any) -> Entry:

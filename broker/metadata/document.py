@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +50,32 @@ class JsonDocument:
         payload = json.dumps(document, sort_keys=True, indent=1).encode()
         await run_blocking(self._write, self._version, payload)
 
-    def _write(self, version: int, payload: bytes) -> None:
+    async def save_serialized_off_loop(self, payload: Callable[[], bytes]) -> None:
+        """As ``save``, but ``payload()`` runs in the disk thread: for documents the caller
+        snapshots immutably (a tuple), whose serializing should not cost the loop."""
+        self._version += 1
+        await run_blocking(self._write, self._version, payload)
+
+    def write_now(self, payload: bytes) -> None:
+        """Write at once, in this thread (start-up, before the broker serves)."""
+        self._version += 1
+        self._write(self._version, payload)
+
+    async def remove(self) -> None:
+        """Delete the file (a disk thread); writes of older versions still running lose."""
+        self._version += 1
+        await run_blocking(self._write, self._version, None)
+
+    def _write(self, version: int, payload: bytes | Callable[[], bytes] | None) -> None:
         with self._lock:
             if version <= self._durable:
                 return  # a newer snapshot, which includes this change, is already durable
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self._layer, self._path, payload)
+            if payload is None:
+                if self._path.exists():
+                    self._path.unlink()
+                    self._layer.fsync_dir(self._path.parent)
+            else:
+                data = payload() if callable(payload) else payload
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(self._layer, self._path, data)
             self._durable = version

@@ -1,17 +1,34 @@
 """``PartitionStore``: partitioned topics and their partition counts (Pulsar's
 ``PartitionedTopicMetadata``); each partition is an ordinary topic named ``<topic>-partition-N``.
-One JSON document (``broker/metadata/document.py``)."""
+``FilePartitionStore`` keeps them in one JSON document (``broker/metadata/document.py``,
+standalone), ``broker/metadata/etcd_partitions.py`` one etcd key each (cluster mode)."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Protocol
 
 from broker.metadata.document import JsonDocument
 
 
-class PartitionStore:
-    """Partitioned topics (full name without suffix) and their partition counts, persisted."""
+class PartitionStore(Protocol):
+    """Partitioned topics (full name without suffix) and their partition counts."""
+
+    @property
+    def changing(self) -> asyncio.Lock: ...
+
+    def partitions(self, topic: str) -> int: ...
+
+    def topics_of(self, namespace: str) -> list[str]: ...
+
+    async def set(self, topic: str, partitions: int) -> None: ...
+
+    async def delete(self, topic: str) -> None: ...
+
+
+class FilePartitionStore:
+    """Partitioned topics and their counts in ``<dataDir>/metadata/partitioned-topics.json``."""
 
     def __init__(self, directory: Path) -> None:
         self._doc = JsonDocument(directory / "partitioned-topics.json")

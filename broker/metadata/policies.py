@@ -1,8 +1,9 @@
-"""``PolicyStore``: namespaces, tenants and their policies, kept on local disk.
+"""``PolicyStore``: namespaces, tenants and their policies; ``FilePolicyStore`` keeps them on
+local disk (standalone), ``broker/metadata/etcd_policies.py`` in etcd (cluster mode).
 
-Standalone Pulsar keeps these in its metadata store; Magnetar keeps them in one JSON document
-(``broker/metadata/document.py``). Known namespaces: ``public/default`` always exists, as in
-standalone Pulsar; the PIP-6 deduplication policy at namespace and topic level resolves topic
+Standalone Pulsar keeps these in its metadata store; standalone Magnetar keeps them in one JSON
+document (``broker/metadata/document.py``). Known namespaces: ``public/default`` always exists,
+as in standalone Pulsar; the PIP-6 deduplication policy at namespace and topic level resolves topic
 policy, then namespace policy, then the broker flag ``brokerDeduplicationEnabled``. It also keeps
 the tenants (``public`` and ``pulsar`` exist out of the box), and the namespace and topic policies
 the admin API sets: retention, ``allowAutoTopicCreation``, message TTL, compaction threshold and
@@ -12,8 +13,9 @@ resolves them topic > namespace > broker config).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Set
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from broker.metadata.document import JsonDocument
 from protocol.topic_name import NamespaceName
@@ -37,8 +39,54 @@ POLICY_KEYS = (
 )
 
 
-class PolicyStore:
-    """Tenants, namespaces and their policies, persisted."""
+class PolicyStore(Protocol):
+    """Tenants, namespaces and their policies. Reads answer from memory (the loop calls them on
+    every lookup); the coroutines return once the change is durable in the store."""
+
+    @property
+    def namespaces(self) -> Set[str]: ...
+
+    @property
+    def namespace_dedup(self) -> Mapping[str, bool]: ...
+
+    @property
+    def topic_dedup(self) -> Mapping[str, bool]: ...
+
+    def has_tenant(self, tenant: str) -> bool: ...
+
+    def tenants(self) -> list[str]: ...
+
+    async def create_tenant(self, tenant: str) -> bool: ...
+
+    async def delete_tenant(self, tenant: str) -> None: ...
+
+    def has_namespace(self, namespace: str) -> bool: ...
+
+    async def create_namespace(self, namespace: str) -> bool: ...
+
+    async def delete_namespace(self, namespace: str) -> None: ...
+
+    def namespace_policy(self, namespace: str, key: str) -> Any: ...
+
+    def topic_policy(self, topic: str, key: str) -> Any: ...
+
+    async def set_namespace_policy(self, namespace: str, key: str, value: Any) -> None: ...
+
+    async def set_topic_policy(self, topic: str, key: str, value: Any) -> None: ...
+
+    def effective_policy(self, topic: str, namespace: str, key: str) -> Any: ...
+
+    async def forget_topic(self, topic: str) -> None: ...
+
+    async def set_namespace_dedup(self, namespace: str, enabled: bool | None) -> None: ...
+
+    async def set_topic_dedup(self, topic: str, enabled: bool | None) -> None: ...
+
+    def dedup_enabled(self, topic: str, namespace: str, broker_default: bool) -> bool: ...
+
+
+class FilePolicyStore:
+    """Tenants, namespaces and their policies in ``<dataDir>/metadata/policies.json``."""
 
     def __init__(self, directory: Path) -> None:
         self._doc = JsonDocument(directory / "policies.json")
@@ -163,9 +211,13 @@ class PolicyStore:
         return broker_default
 
 
-def _set_policy(table: dict[str, dict[str, Any]], owner: str, key: str, value: Any) -> None:
+def check_policy_key(key: str) -> None:
     if key not in POLICY_KEYS:
         raise ValueError(f"unknown policy {key!r}")
+
+
+def _set_policy(table: dict[str, dict[str, Any]], owner: str, key: str, value: Any) -> None:
+    check_policy_key(key)
     if value is None:
         policies = table.get(owner, {})
         policies.pop(key, None)

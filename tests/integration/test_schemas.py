@@ -129,4 +129,4 @@ def test_invalid_names_get_error_responses_and_the_connection_stays(broker: Brok
         reply = session.request(frame, 200).command.getOrCreateSchemaResponse
         assert reply.error_code == ServerError.TopicNotFound
         assert session.is_usable()
-    assert not (broker.config.data_path / "metadata" / "schemas.json").exists()
+    assert not (broker.config.data_path / "metadata" / "schemas").exists()

@@ -148,7 +148,7 @@ def test_unsafe_topic_names_are_refused_on_every_command(broker: BrokerThread) -
 
     _assert_only_inside(data, [valid])
     assert {p.name for p in data.iterdir()} <= {"metadata", "persistent"}
-    assert not (data / "metadata" / "schemas.json").exists()  # no schema stored for any of them
+    assert not (data / "metadata" / "schemas").exists()  # no schema stored for any of them
 
 
 def test_official_client_cannot_create_dot_dot(broker: BrokerThread) -> None:

@@ -13,8 +13,8 @@ import pytest
 
 from broker.metadata import document
 from broker.metadata.document import JsonDocument
-from broker.metadata.policies import PolicyStore
-from broker.metadata.schemas import SchemaStore
+from broker.metadata.policies import FilePolicyStore
+from broker.metadata.schemas import FileSchemaStore
 from protocol.topic_name import InvalidTopicNameError
 
 
@@ -22,7 +22,7 @@ from protocol.topic_name import InvalidTopicNameError
     "bad", ["public/..", "../default", "./x", "public", "a/b/c", "te nant/ns", "t/n%2Fs", ""]
 )
 async def test_create_namespace_refuses_invalid_names(tmp_path: Path, bad: str) -> None:
-    store = PolicyStore(tmp_path)
+    store = FilePolicyStore(tmp_path)
     with pytest.raises(InvalidTopicNameError):
         await store.create_namespace(bad)
     assert not store.has_namespace(bad)
@@ -30,9 +30,9 @@ async def test_create_namespace_refuses_invalid_names(tmp_path: Path, bad: str) 
 
 
 async def test_create_namespace_accepts_pulsar_names(tmp_path: Path) -> None:
-    store = PolicyStore(tmp_path)
+    store = FilePolicyStore(tmp_path)
     assert await store.create_namespace("My_Tenant-1/ns=a:b.c")
-    assert PolicyStore(tmp_path).has_namespace("My_Tenant-1/ns=a:b.c")
+    assert FilePolicyStore(tmp_path).has_namespace("My_Tenant-1/ns=a:b.c")
 
 
 class WriteGate:
@@ -63,33 +63,33 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[WriteGate]:
 async def test_changes_are_written_by_a_disk_thread_and_survive_a_reload(
     tmp_path: Path, gate: WriteGate
 ) -> None:
-    policies = PolicyStore(tmp_path)
+    policies = FilePolicyStore(tmp_path)
     assert await policies.create_namespace("acme/orders")
     assert not await policies.create_namespace("acme/orders")
     await policies.set_namespace_dedup("acme/orders", False)
     await policies.set_topic_dedup("persistent://acme/orders/t", True)
-    schemas = SchemaStore(tmp_path)
+    schemas = FileSchemaStore(tmp_path)
     assert await schemas.put("persistent://acme/orders/t", b"v0") == bytes(8)
     assert await schemas.put("persistent://acme/orders/t", b"v1") == (1).to_bytes(8, "big")
     assert gate.threads
     assert all(name.startswith("magnetar-disk") for name in gate.threads)
 
-    reloaded = PolicyStore(tmp_path)
+    reloaded = FilePolicyStore(tmp_path)
     assert reloaded.has_namespace("acme/orders")
     assert reloaded.dedup_enabled("persistent://acme/orders/t", "acme/orders", False)
     assert not reloaded.dedup_enabled("persistent://acme/orders/x", "acme/orders", True)
-    assert SchemaStore(tmp_path).get("persistent://acme/orders/t", None) == (
+    assert FileSchemaStore(tmp_path).get("persistent://acme/orders/t", None) == (
         b"v1",
         (1).to_bytes(8, "big"),
     )
     await schemas.delete("persistent://acme/orders/t")
-    assert SchemaStore(tmp_path).get("persistent://acme/orders/t", None) is None
+    assert FileSchemaStore(tmp_path).get("persistent://acme/orders/t", None) is None
 
 
 async def test_the_loop_serves_on_while_a_write_waits_for_the_disk(
     tmp_path: Path, gate: WriteGate
 ) -> None:
-    schemas = SchemaStore(tmp_path)
+    schemas = FileSchemaStore(tmp_path)
     gate.opened.clear()
     first = asyncio.create_task(schemas.put("t", b"schema"))
     again = asyncio.create_task(schemas.put("t", b"schema"))  # known, not yet durable
@@ -100,7 +100,7 @@ async def test_the_loop_serves_on_while_a_write_waits_for_the_disk(
     assert not again.done()  # its answer names a version that is not durable yet
     gate.opened.set()
     assert await first == await again == bytes(8)
-    assert SchemaStore(tmp_path).get("t", None) == (b"schema", bytes(8))
+    assert FileSchemaStore(tmp_path).get("t", None) == (b"schema", bytes(8))
 
 
 def test_an_older_snapshot_never_overwrites_a_newer_one(tmp_path: Path) -> None:

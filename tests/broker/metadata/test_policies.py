@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.metadata.partitions import PartitionStore
-from broker.metadata.policies import AUTO_TOPIC_CREATION, MESSAGE_TTL, RETENTION, PolicyStore
+from broker.metadata.partitions import FilePartitionStore
+from broker.metadata.policies import AUTO_TOPIC_CREATION, MESSAGE_TTL, RETENTION, FilePolicyStore
 
 
 async def test_tenants_and_policies_survive_a_reopen(tmp_path: Path) -> None:
-    store = PolicyStore(tmp_path)
+    store = FilePolicyStore(tmp_path)
     assert await store.create_tenant("acme")
     assert not await store.create_tenant("acme")
     retention = {"retentionTimeInMinutes": 10, "retentionSizeInMB": -1}
@@ -21,7 +21,7 @@ async def test_tenants_and_policies_survive_a_reopen(tmp_path: Path) -> None:
     await store.set_namespace_policy("public/default", MESSAGE_TTL, 30)
     await store.set_topic_policy("persistent://public/default/t", MESSAGE_TTL, 5)
 
-    reopened = PolicyStore(tmp_path)
+    reopened = FilePolicyStore(tmp_path)
     assert reopened.tenants() == ["acme", "public", "pulsar"]
     assert reopened.namespace_policy("public/default", RETENTION) == retention
     assert (
@@ -37,7 +37,7 @@ async def test_tenants_and_policies_survive_a_reopen(tmp_path: Path) -> None:
     await reopened.set_namespace_policy("public/default", MESSAGE_TTL, None)
     await reopened.forget_topic("persistent://public/default/t")
     await reopened.delete_tenant("acme")
-    again = PolicyStore(tmp_path)
+    again = FilePolicyStore(tmp_path)
     assert again.namespace_policy("public/default", MESSAGE_TTL) is None
     assert again.topic_policy("persistent://public/default/t", MESSAGE_TTL) is None
     assert again.tenants() == ["public", "pulsar"]
@@ -45,27 +45,27 @@ async def test_tenants_and_policies_survive_a_reopen(tmp_path: Path) -> None:
 
 async def test_unknown_policy_key_is_a_bug(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown policy"):
-        await PolicyStore(tmp_path).set_namespace_policy("public/default", "colour", "blue")
+        await FilePolicyStore(tmp_path).set_namespace_policy("public/default", "colour", "blue")
 
 
 def test_a_document_from_before_tenants_were_stored_loads(tmp_path: Path) -> None:
     old = {"namespaces": ["public/default", "acme/orders"], "namespaceDeduplication": {}}
     (tmp_path / "policies.json").write_text(json.dumps(old))
-    store = PolicyStore(tmp_path)
+    store = FilePolicyStore(tmp_path)
     assert store.tenants() == ["acme", "public"]
     assert store.namespace_policy("acme/orders", RETENTION) is None
 
 
 async def test_partitioned_topics_survive_a_reopen(tmp_path: Path) -> None:
-    store = PartitionStore(tmp_path)
+    store = FilePartitionStore(tmp_path)
     await store.set("persistent://public/default/p", 4)
     await store.set("persistent://public/default/p", 6)
     await store.set("persistent://acme/orders/q", 2)
-    reopened = PartitionStore(tmp_path)
+    reopened = FilePartitionStore(tmp_path)
     assert reopened.partitions("persistent://public/default/p") == 6
     assert reopened.partitions("persistent://public/default/other") == 0
     assert reopened.topics_of("public/default") == ["persistent://public/default/p"]
     await reopened.delete("persistent://public/default/p")
-    assert PartitionStore(tmp_path).topics_of("public/default") == []
+    assert FilePartitionStore(tmp_path).topics_of("public/default") == []
     with pytest.raises(ValueError, match="at least one partition"):
         await reopened.set("persistent://public/default/p", 0)
