@@ -3,14 +3,16 @@
 ``routes()`` lists every route; ``json_errors`` is the middleware that gives every failure
 Pulsar's shape, a status code and ``{"reason": ...}``: an ``AdminError`` as raised, aiohttp's own
 errors (unknown path 404, wrong method 405) with their reason, a ``BrokerError`` with the status
-Pulsar uses for it, anything else as 500 with the exception's message (logged with its trace,
-never sent).
+Pulsar uses for it, anything else as 500 with a generic reason and an error id: exception text
+can hold file paths and internals, so it goes to the log only, under that id, for the operator to
+find (``TopicDamaged`` is the exception: its reason and location are the operator's diagnosis).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -88,9 +90,25 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     except TopicDamaged as exc:
         return json_response({"reason": exc.message, "damaged": exc.damage}, 500)
     except BrokerError as exc:
-        return json_response({"reason": str(exc)}, _broker_error_status(exc))
+        status = _broker_error_status(exc)
+        if status == 500:
+            return _internal_error(request, exc)
+        return json_response({"reason": str(exc)}, status)
     except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:
-        log.exception("admin request %s %s failed", request.method, request.path)
-        return json_response({"reason": f"Internal error: {type(exc).__name__}: {exc}"}, 500)
+        return _internal_error(request, exc)
+
+
+def _internal_error(request: web.Request, exc: BaseException) -> web.Response:
+    """500 with a reason that tells nothing of the failure but its id; the log has the rest."""
+    error_id = secrets.token_hex(8)
+    log.error(
+        "admin request %s %s failed (error id %s)",
+        request.method,
+        request.path,
+        error_id,
+        exc_info=exc,
+    )
+    reason = f"Internal server error (error id {error_id}); the broker log has the details"
+    return json_response({"reason": reason, "errorId": error_id}, 500)

@@ -1,17 +1,16 @@
 """``CursorRegistry``: a ledger's durable cursors, their files, and reader cursors.
 
 Durable cursor files live in ``<topic dir>/cursors/``, one per cursor, named after the cursor
-(percent-encoded; very long names fall back to a hash) with the real name stored inside and
-checked on load. On load, a cursor that remembers more than recovery found (mark-delete past
-the last durable entry: only possible with ``sync_data=False`` after a power loss, or after
-external damage) is clamped; acks of positions past the end are dropped.
+by ``cursor_names`` (injective and case-safe; a folder an earlier build wrote is upgraded first),
+with the real name stored inside and checked on load. On load, a cursor that remembers more than
+recovery found (mark-delete past the last durable entry: only possible with ``sync_data=False``
+after a power loss, or after external damage) is clamped; acks of positions past the end are
+dropped.
 """
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Mapping
-from hashlib import sha256
 from pathlib import Path
 from types import MappingProxyType
 from uuid import uuid4
@@ -19,24 +18,26 @@ from uuid import uuid4
 from broker.storage.config import LedgerConfig
 from broker.storage.cursor import Cursor, CursorStore, LedgerView
 from broker.storage.cursor_file import CursorState, decode_cursor_state
+from broker.storage.cursor_names import (
+    CURSOR_DIR,
+    CURSOR_SUFFIX,
+    cursor_file,
+    cursor_file_stem,
+    cursor_files,
+    upgrade_cursor_names,
+)
 from broker.storage.errors import CorruptCursorError
-from broker.storage.files import FileLayer, list_files, read_file, unlink_durably
+from broker.storage.files import FileLayer, read_file, unlink_durably
 from broker.storage.position import Position
 
-CURSOR_DIR = "cursors"
-CURSOR_SUFFIX = ".cursor"
-_MAX_STEM = 180
-
-
-def cursor_file_stem(name: str) -> str:
-    """A file-system-safe stem for cursor ``name``."""
-    quoted = urllib.parse.quote(name, safe="")
-    return quoted if len(quoted) <= _MAX_STEM else "h-" + sha256(name.encode()).hexdigest()
-
-
-def cursor_file(ledger_directory: Path, name: str) -> Path:
-    """Where durable cursor ``name`` of the ledger in ``ledger_directory`` is stored."""
-    return ledger_directory / CURSOR_DIR / (cursor_file_stem(name) + CURSOR_SUFFIX)
+__all__ = [
+    "CURSOR_DIR",
+    "CURSOR_SUFFIX",
+    "CursorRegistry",
+    "cursor_file",
+    "cursor_file_stem",
+    "quarantine_cursor_file",
+]
 
 
 def quarantine_cursor_file(ledger_directory: Path, name: str, layer: FileLayer) -> Path | None:
@@ -124,9 +125,8 @@ class CursorRegistry:
 
     def load_all(self, last: Position) -> None:
         """Load every cursor file; ``last`` is the last durable position after recovery."""
-        for path in list_files(self.directory):
-            if not path.name.endswith(CURSOR_SUFFIX):
-                continue
+        upgrade_cursor_names(self.directory, self._layer)
+        for path in cursor_files(self.directory):
             state = decode_cursor_state(read_file(path), path)
             if self.path_of(state.name) != path:
                 raise CorruptCursorError(path, 0, f"file holds cursor {state.name!r}")

@@ -280,3 +280,32 @@ def test_dedup_unknown_answers_are_counted(tmp_path: Path) -> None:
         assert result.value("pulsar_in_messages_total", **labels) == 1
     finally:
         broker.stop()
+
+
+def test_a_deleted_or_unloaded_topic_leaves_no_series(
+    broker: BrokerThread, client: pulsar.Client
+) -> None:
+    """Labels per topic are read from the loaded topics at each scrape, so a topic that is gone
+    takes its series with it: clients creating and deleting topics cannot grow /metrics."""
+    kept, deleted, unloaded = new_topic(), new_topic(), new_topic()
+    for topic in (kept, deleted, unloaded):
+        produce_batched(client, topic, 2)
+    assert {s["topic"] for s in scrape(broker.http).label_sets("pulsar_in_messages_total")} == {
+        kept,
+        deleted,
+        unloaded,
+    }
+    _admin(broker, "DELETE", deleted)
+    _admin(broker, "PUT", unloaded, "/unload")
+    result = scrape(broker.http)
+    for family in FAMILIES:
+        if family != "pulsar_topics_count":
+            assert {s.get("topic") for s in result.label_sets(family)} <= {kept}, family
+    assert result.value("pulsar_topics_count", cluster="standalone", namespace=NAMESPACE) == 1
+
+
+def _admin(broker: BrokerThread, method: str, topic: str, suffix: str = "") -> None:
+    path = topic.replace("persistent://", "/admin/v2/persistent/") + suffix
+    request = urllib.request.Request(f"{broker.http}{path}", method=method)
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        assert reply.status in (200, 204)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import shutil
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -19,6 +21,7 @@ import pytest
 import yarl
 
 from broker.service import BrokerService
+from broker.storage.paths import topic_directory
 from broker.topics.message_expiry import expire_all
 from protocol.topic_name import TopicName
 from tests.helpers import BrokerThread, new_client, wait_until
@@ -623,3 +626,33 @@ async def test_no_route_answers_500_to_bad_input(admin: Admin) -> None:
         for body in bodies:
             status, answer = await admin.call(route.method, path, raw=body)
             assert status < 500, (route.method, path, body, status, answer)
+
+
+async def test_a_500_names_an_error_id_and_the_log_has_the_failure(
+    admin: Admin, broker: BrokerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An unexpected exception (here: the topic's cursor folder is a file, so loading it fails
+    with an OSError naming the path) answers a generic reason with an error id; the log keeps
+    the exception under that id. 4xx keep their reasons."""
+    await admin.ok("PUT", f"{TOPICS}/public/default/broken")
+    await admin.ok("PUT", f"{TOPICS}/public/default/broken/unload")
+    topic = TopicName.parse("persistent://public/default/broken")
+    cursors = topic_directory(broker.config.data_path, topic) / "cursors"
+    shutil.rmtree(cursors)
+    cursors.write_bytes(b"not a folder")
+    with caplog.at_level(logging.ERROR, logger="broker.admin"):
+        status, answer = await admin.call("GET", f"{TOPICS}/public/default/broken/stats")
+    assert status == 500, answer
+    error_id = answer["errorId"]
+    assert answer == {
+        "reason": f"Internal server error (error id {error_id}); the broker log has the details",
+        "errorId": error_id,
+    }
+    logged = [r for r in caplog.records if error_id in r.getMessage()]
+    assert len(logged) == 1
+    assert logged[0].exc_info is not None
+    assert str(cursors) in str(logged[0].exc_info[1])  # what the reply leaves out
+    _, again = await admin.call("GET", f"{TOPICS}/public/default/broken/stats")
+    assert again["errorId"] != error_id
+    reason = await admin.refused(404, "GET", f"{TOPICS}/public/default/absent/stats")
+    assert "persistent://public/default/absent" in reason

@@ -206,7 +206,7 @@ def test_delete_cursor_is_durable(tmp_path: Path) -> None:
         cursor.mark_delete(Position(1, 0))
     assert "pulsar.dedup" not in ledger.cursors
     ledger.close()
-    assert list((tmp_path / "t" / "cursors").iterdir()) == []
+    assert list((tmp_path / "t" / "cursors").glob("*.cursor")) == []
     reopened = _open(tmp_path / "t")
     assert dict(reopened.cursors) == {}
     reopened.close()
@@ -242,7 +242,7 @@ def test_non_durable_cursor_lives_in_memory_only(tmp_path: Path) -> None:
     reader.mark_delete(p[4])
     reader.persist()  # a no-op
     assert ledger.cursors == {}
-    assert list((tmp_path / "t" / "cursors").iterdir()) == []
+    assert list((tmp_path / "t" / "cursors").glob("*.cursor")) == []
     ledger.close()
 
 
