@@ -246,6 +246,10 @@ class BrokerConfig:
     basic_auth_conf: str = _setting("basicAuthConf", "")
     authorization_enabled: bool = _setting("authorizationEnabled", False)
     super_user_roles: str = _setting("superUserRoles", "")
+    # Roles a Pulsar proxy connects as; they must name the client in CONNECT original_principal.
+    proxy_roles: str = _setting("proxyRoles", "")
+    # Authenticate a proxy's forwarded original_auth_data (Pulsar's default: trust the name).
+    authenticate_original_auth_data: bool = _setting("authenticateOriginalAuthData", False)
     authenticate_metrics_endpoint: bool = _setting("authenticateMetricsEndpoint", False)
 
     # --- cluster mode (issue #18, broker/cluster/): off while metadataStoreUrl is empty ----
@@ -258,6 +262,9 @@ class BrokerConfig:
     metadata_store_session_timeout_millis: int = _setting(
         "metadataStoreSessionTimeoutMillis", 10_000, minimum=2_000, maximum=300_000
     )
+    # Pulsar's etcd options file: useTls, tlsTrustCertsFilePath, ..., authority; Magnetar adds
+    # user / password (broker/cluster/etcd_config.py). Empty: plain text, no authentication.
+    metadata_store_config_path: str = _setting("metadataStoreConfigPath", "")
 
     # --- logging and metrics --------------------------------------------------------------
     log_level: str = _setting("logLevel", "INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))

@@ -107,7 +107,8 @@ def split_batch(
 
     The consumer's hot path: it keeps the parsed header and reads fields only when the
     application asks, instead of copying every field into a ``SingleMessage``. Same checks and
-    errors as ``decode_batch``.
+    errors as ``decode_batch``; with ``count`` given, the work is bounded by it: parsing stops
+    at the first record beyond it.
     """
     data = payload if payload.__class__ is bytes else bytes(payload)
     records: list[tuple[pb.SingleMessageMetadata, bytes]] = []
@@ -115,6 +116,7 @@ def split_batch(
     parse = _parse_single
     unpack = _U32.unpack_from
     position, end = 0, len(data)
+    limit = -1 if count is None else count + 1
     while position < end:
         if end - position < 4:
             raise RemoteProtocolError(f"truncated batch record header at offset {position}")
@@ -134,6 +136,10 @@ def split_batch(
             raise RemoteProtocolError(f"batch record payload at offset {position} is truncated")
         append((meta, data[header_end:payload_end]))
         position = payload_end
+        if len(records) == limit:
+            # More records than declared: refused now, not after parsing the rest (a payload
+            # of millions of empty records would otherwise cost seconds to refuse).
+            raise RemoteProtocolError(f"batch holds more than the {count} messages it declares")
     if count is not None and len(records) != count:
         raise RemoteProtocolError(f"batch holds {len(records)} messages, expected {count}")
     return records

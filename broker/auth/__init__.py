@@ -2,8 +2,9 @@
 
 One module per concept: ``keys`` (``file:``/``data:`` key references), ``token``, ``basic``
 and ``tls`` (the providers), ``providers`` (``authenticationProviders`` and method lookup),
+``check_pool`` (password checks off the event loop, bounded),
 ``store`` (tenant admin roles, namespace permissions), ``authorization`` (one check per
-operation), ``connection`` (CONNECT, AUTH_CHALLENGE / AUTH_RESPONSE on a binary connection),
+operation), ``handshake`` (CONNECT, AUTH_CHALLENGE / AUTH_RESPONSE on a binary connection),
 ``http`` (the admin API's middleware and per-route rules), ``metrics``.
 
 ``Security`` bundles what a ``BrokerService`` holds.

@@ -9,6 +9,15 @@
   list the namespace's topics (``canLookup``, ``NamespaceOperation.GET_TOPICS``).
 * Tenants and clusters themselves are the superusers' (``validateSuperUserAccess``).
 
+Proxies (``proxyRoles``), as Pulsar's ``ServerCnx`` and ``AuthorizationService``: a proxy
+connects with its own credentials and names the client in CONNECT ``original_principal``. Every
+check then needs both the proxy role and the original principal to be allowed; a proxy role
+without an original principal, an original principal that is itself a proxy role, and any other
+role naming an original principal are refused at CONNECT (``original_principal_error``).
+
+A PRODUCER naming ``initial_subscription_name`` creates a durable subscription, so it needs
+consume permission too (Pulsar checks ``SUBSCRIBE`` on that subscription alongside ``PRODUCE``).
+
 With ``authorizationEnabled = false`` every check passes. A connection without a role (no
 authentication and no ``anonymousUserRole``) is refused everything once authorization is on.
 Each check raises ``AuthorizationError`` (``broker/errors.py`` maps it to the wire and HTTP 403)
@@ -24,6 +33,8 @@ from protocol.topic_name import NamespaceName, TopicName
 
 __all__ = ["Authorizer", "split_roles"]
 
+_LOOKUP = ("produce", "consume")
+
 
 def split_roles(text: str) -> frozenset[str]:
     return frozenset(part.strip() for part in text.split(",") if part.strip())
@@ -33,6 +44,7 @@ class Authorizer:
     def __init__(self, config: BrokerConfig, store: AuthPolicyStore) -> None:
         self.enabled = config.authorization_enabled
         self.superusers = split_roles(config.super_user_roles)
+        self.proxy_roles = split_roles(config.proxy_roles)
         self.store = store
 
     # -- facts --------------------------------------------------------------------------------
@@ -53,29 +65,75 @@ class Authorizer:
             role, topic.namespace_name, *actions
         )
 
+    def _topic_allows_all(
+        self, role: str | None, original: str | None, topic: TopicName, *actions: str
+    ) -> bool:
+        """The role, and the original principal a proxy named, may each do one of ``actions``."""
+        if original is not None and not self._topic_allows(original, topic, *actions):
+            return False
+        return self._topic_allows(role, topic, *actions)
+
+    # -- proxies --------------------------------------------------------------------------------
+
+    def is_proxy_role(self, role: str | None) -> bool:
+        return role is not None and role in self.proxy_roles
+
+    def original_principal_error(self, role: str | None, original: str | None) -> str | None:
+        """Why a CONNECT's (role, original principal) pair is refused, None if it is valid
+        (Pulsar's ``isValidOriginalPrincipal`` for the binary protocol)."""
+        if self.is_proxy_role(role):
+            if not original:
+                return "original_principal must be set when connecting with a proxy role"
+            if original in self.proxy_roles:
+                return "original_principal cannot be a proxy role"
+            return None
+        if original:
+            return "original_principal can only be set when connecting with a proxy role"
+        return None
+
     # -- checks, one per operation --------------------------------------------------------------
 
-    def check_lookup(self, role: str | None, topic: TopicName) -> None:
+    def check_lookup(
+        self, role: str | None, topic: TopicName, *, original: str | None = None
+    ) -> None:
         """LOOKUP, PARTITIONED_METADATA, GET_SCHEMA, topic stats: produce or consume."""
-        if self.enabled and not self._topic_allows(role, topic, "produce", "consume"):
+        if self.enabled and not self._topic_allows_all(role, original, topic, *_LOOKUP):
             raise AuthorizationError(f"Client is not authorized to look up {topic.full_name}")
 
-    def check_produce(self, role: str | None, topic: TopicName) -> None:
-        """PRODUCER (any access mode, fencing included), GET_OR_CREATE_SCHEMA."""
-        if self.enabled and not self._topic_allows(role, topic, "produce"):
+    def check_produce(
+        self,
+        role: str | None,
+        topic: TopicName,
+        *,
+        original: str | None = None,
+        initial_subscription: str | None = None,
+    ) -> None:
+        """PRODUCER (any access mode, fencing included), GET_OR_CREATE_SCHEMA. A PRODUCER's
+        ``initial_subscription_name`` creates a durable subscription: consume is needed too."""
+        if not self.enabled:
+            return
+        allowed = self._topic_allows_all(role, original, topic, "produce")
+        if allowed and initial_subscription:
+            allowed = self._topic_allows_all(role, original, topic, "consume")
+        if not allowed:
             raise AuthorizationError(f"Client is not authorized to Produce on {topic.full_name}")
 
-    def check_consume(self, role: str | None, topic: TopicName) -> None:
+    def check_consume(
+        self, role: str | None, topic: TopicName, *, original: str | None = None
+    ) -> None:
         """SUBSCRIBE, SEEK, UNSUBSCRIBE and the subscription admin endpoints."""
-        if self.enabled and not self._topic_allows(role, topic, "consume"):
+        if self.enabled and not self._topic_allows_all(role, original, topic, "consume"):
             raise AuthorizationError(f"Client is not authorized to Consume from {topic.full_name}")
 
-    def check_list_topics(self, role: str | None, namespace: NamespaceName | str) -> None:
+    def check_list_topics(
+        self, role: str | None, namespace: NamespaceName | str, *, original: str | None = None
+    ) -> None:
         """GET_TOPICS_OF_NAMESPACE and the topic lists over HTTP: produce or consume."""
         ns = str(namespace)
         tenant = ns.split("/", 1)[0]
-        if self.enabled and not (
-            self.is_tenant_admin(role, tenant) or self._granted(role, ns, "produce", "consume")
+        roles = (role,) if original is None else (role, original)
+        if self.enabled and not all(
+            self.is_tenant_admin(r, tenant) or self._granted(r, ns, *_LOOKUP) for r in roles
         ):
             raise AuthorizationError(f"Client is not authorized to list the topics of {ns}")
 

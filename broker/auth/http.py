@@ -3,7 +3,8 @@
 ``security_middleware`` runs inside ``broker.admin.json_errors`` (so refusals get Pulsar's
 ``{"reason": ...}`` shape): 401 when authentication is on and the request's credentials
 (``Authorization: Bearer|Basic``, or a verified client certificate on ``webServicePortTls``)
-are missing or wrong, after ``authenticationFailureDelayMs``; 403 when the role may not use the
+are missing or wrong, after ``authenticationFailureDelayMs`` (a password check runs on the bounded
+check pool, off the event loop, as on the binary port); 403 when the role may not use the
 route. The request's role is kept under ``ROLE`` for handlers that need it.
 
 ``rule_for`` maps a route (method and pattern) to one ``Authorizer`` check, following Pulsar's
@@ -117,7 +118,7 @@ async def security_middleware(request: web.Request, handler: Handler) -> web.Str
     role = authn.anonymous_role
     if authn.enabled:
         try:
-            identity = authn.authenticate_http(
+            identity = await authn.authenticate_http(
                 request.headers.get("Authorization"), peer_certificate(request.transport)
             )
         except AuthenticationFailure:

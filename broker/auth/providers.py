@@ -7,6 +7,10 @@ refused otherwise. Over HTTP, ``Authorization: Bearer`` goes to the token provid
 ``Authorization: Basic`` to the basic provider, and a request with neither to the TLS provider
 when the client presented a verified certificate; then the anonymous role, else 401.
 
+A provider whose check costs CPU (``blocking``: the basic provider's bcrypt) is run on the
+bounded check pool (``broker/auth/check_pool.py``) by ``authenticate_async`` and
+``authenticate_http``, never on the event loop; the others answer inline.
+
 Every outcome is counted (``pulsar_authentication_success_total`` /
 ``pulsar_authentication_failures_total`` by method, as Pulsar's metrics name them).
 """
@@ -17,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from broker.auth.check_pool import CheckQueue
 from broker.auth.identity import AuthenticationFailure, Identity
 from broker.config import BrokerConfig, ConfigError
 
@@ -25,6 +30,8 @@ __all__ = ["PROVIDER_ALIASES", "AuthenticationService", "Provider"]
 
 class Provider(Protocol):
     method: str
+    #: True when a check costs CPU (bcrypt): it must run on the check pool, off the loop.
+    blocking: bool
 
     def authenticate(self, data: bytes, peer_cert: dict[str, Any] | None = None) -> Identity: ...
 
@@ -90,32 +97,61 @@ class AuthenticationService:
         self.refresh_check_seconds = float(config.authentication_refresh_check_seconds)
         self.successes: Counter[str] = Counter()
         self.failures: Counter[str] = Counter()
+        self.checks = CheckQueue()  # this broker's share of the password-check pool
+
+    def provider_for(self, method: str) -> Provider | None:
+        return self.providers.get(method)
+
+    def is_blocking(self, method: str) -> bool:
+        """Whether checking credentials of ``method`` must go to the check pool."""
+        provider = self.providers.get(method)
+        return provider is not None and provider.blocking
 
     def authenticate(
         self, method: str, data: bytes, peer_cert: dict[str, Any] | None = None
     ) -> Identity | None:
-        """The identity for CONNECT/AUTH_RESPONSE data; None: anonymous without a role.
+        """The identity for CONNECT/AUTH_RESPONSE data; None: anonymous without a role. Inline:
+        for a ``blocking`` method, call ``authenticate_async`` instead.
 
         Raises:
             AuthenticationFailure: the provider refused, or no provider and no anonymous role.
         """
         provider = self.providers.get(method)
         if provider is None:
-            if self.anonymous_role is not None:
-                return Identity(self.anonymous_role, "none")
-            self.failures["none"] += 1
-            raise AuthenticationFailure(
-                f"No anonymous role, and no authentication provider for method {method!r}"
-            )
+            return self._anonymous(method)
+        return self._count(provider, data, peer_cert)
+
+    async def authenticate_async(
+        self, method: str, data: bytes, peer_cert: dict[str, Any] | None = None
+    ) -> Identity | None:
+        """As ``authenticate``, with a ``blocking`` provider's check on the check pool.
+
+        Raises:
+            AuthenticationFailure: as ``authenticate``; ``CheckQueueFull`` when the pool's
+                queue is full.
+        """
+        provider = self.providers.get(method)
+        if provider is None:
+            return self._anonymous(method)
+        if not provider.blocking:
+            return self._count(provider, data, peer_cert)
         try:
-            identity = provider.authenticate(data, peer_cert)
+            identity = await self.checks.run(provider.authenticate, data, peer_cert)
         except AuthenticationFailure:
-            self.failures[method] += 1
+            self.failures[provider.method] += 1
             raise
-        self.successes[method] += 1
+        self.successes[provider.method] += 1
         return identity
 
-    def authenticate_http(
+    def _anonymous(self, method: str) -> Identity:
+        if self.anonymous_role is not None:
+            return Identity(self.anonymous_role, "none")
+        self.failures["none"] += 1
+        raise AuthenticationFailure(
+            f"No anonymous role, and no authentication provider for method {method!r}"
+        )
+
+    async def authenticate_http(
         self, authorization: str | None, peer_cert: dict[str, Any] | None
     ) -> Identity:
         """The identity of an HTTP request (see the module docstring)."""
@@ -131,7 +167,9 @@ class AuthenticationService:
             except AuthenticationFailure:
                 self.failures["basic"] += 1
                 raise
-            return self._count(self.providers["basic"], credentials)
+            identity = await self.authenticate_async("basic", credentials)
+            assert identity is not None  # the basic provider always names a role
+            return identity
         if authorization:
             self.failures["none"] += 1
             raise AuthenticationFailure(f"unsupported Authorization scheme {scheme!r}")

@@ -28,6 +28,7 @@ def common_name(peer_cert: dict[str, Any] | None) -> str | None:
 
 class TlsProvider:
     method = "tls"
+    blocking = False
 
     def __init__(self, *_config: object) -> None:
         pass

@@ -4,8 +4,10 @@ keys and tokens ``magnetar tokens`` creates (``pulsar tokens ...``).
 The broker verifies with ``tokenSecretKey`` (HMAC: HS256/384/512) or ``tokenPublicKey`` (RSA:
 RS*/PS*, EC: ES*); the algorithms accepted follow from the key's type, never from the token, so
 an HS256 token "signed" with a public key, or ``alg: none``, is refused. The role is the claim
-``tokenAuthClaim`` (``sub``); ``exp`` is enforced, and when set, ``tokenAudience`` must be in
-the ``tokenAudienceClaim`` claim. Keys are Pulsar's formats: a raw secret, DER (PKCS#8 private,
+``tokenAuthClaim`` (``sub``); ``exp`` is enforced at CONNECT and by the live connection's
+re-check, the same value both times (a number or a numeric string; anything else is refused,
+as Pulsar's jjwt refuses it at parse time); when set, ``tokenAudience`` must be in the
+``tokenAudienceClaim`` claim. Keys are Pulsar's formats: a raw secret, DER (PKCS#8 private,
 X.509 SubjectPublicKeyInfo public); PEM is accepted too.
 """
 
@@ -48,6 +50,7 @@ class TokenProvider:
     """Verifies tokens sent as CONNECT ``auth_data`` or ``Authorization: Bearer``."""
 
     method = "token"
+    blocking = False  # an HMAC or one signature check: microseconds
 
     def __init__(self, config: BrokerConfig) -> None:
         self._verifier = _verifier_from(config)
@@ -66,8 +69,7 @@ class TokenProvider:
         role = _role_of(claims.get(self._claim))
         if role is None:
             raise AuthenticationFailure(f"token has no usable {self._claim!r} claim")
-        exp = claims.get("exp")
-        return Identity(role, self.method, float(exp) if isinstance(exp, int | float) else None)
+        return Identity(role, self.method, _expiry_of(claims))
 
     def _decode(self, token: str) -> dict[str, Any]:
         try:
@@ -87,6 +89,26 @@ class TokenProvider:
             if self._audience not in names:
                 raise AuthenticationFailure("token is not for this audience")
         return claims
+
+
+def _expiry_of(claims: dict[str, Any]) -> float | None:
+    """``exp`` in epoch seconds, the same value PyJWT checked: a number, or a string of digits
+    (which Pulsar's jjwt reads as a number too). Anything else is refused as jjwt refuses it at
+    parse time, so a connection never keeps a token whose expiry cannot be re-checked later.
+    """
+    if "exp" not in claims:
+        return None
+    exp = claims["exp"]
+    if isinstance(exp, bool):  # a JSON true is not a time (Python counts it as the int 1)
+        raise AuthenticationFailure("token's exp claim is not a number")
+    if isinstance(exp, int | float):
+        return float(exp)
+    if isinstance(exp, str):
+        try:
+            return float(int(exp))  # what PyJWT compared against the clock
+        except ValueError:
+            pass
+    raise AuthenticationFailure("token's exp claim is not a number")
 
 
 def _role_of(value: object) -> str | None:

@@ -139,7 +139,9 @@ class ConsumerEndpoint:
             self._conn.write(commands.success(request_id))
             return
         topic_name = self._conn.parse_topic(cmd.topic)
-        self._conn.authorizer.check_consume(self._conn.role, topic_name)
+        self._conn.authorizer.check_consume(
+            self._conn.role, topic_name, original=self._conn.original_principal
+        )
         topic = await self._service.get_topic(topic_name, create=True)
         durable = cmd.durable
         start: MessageId | None = None
@@ -233,7 +235,9 @@ class ConsumerEndpoint:
 
         async def seek() -> None:
             state = self._consumer_state(cmd.consumer_id)
-            self._conn.authorizer.check_consume(self._conn.role, state.topic.name)
+            self._conn.authorizer.check_consume(
+                self._conn.role, state.topic.name, original=self._conn.original_principal
+            )
             topic, subscription = state.topic, state.subscription
             if cmd.HasField("message_publish_time"):
                 target = await find_position_by_publish_time(topic.ledger, cmd.message_publish_time)
@@ -269,7 +273,9 @@ class ConsumerEndpoint:
 
         async def unsubscribe() -> None:
             state = self._consumer_state(cmd.consumer_id)
-            self._conn.authorizer.check_consume(self._conn.role, state.topic.name)
+            self._conn.authorizer.check_consume(
+                self._conn.role, state.topic.name, original=self._conn.original_principal
+            )
             others = [c for c in state.subscription.consumers if c is not state.consumer]
             if others:
                 raise ConsumerBusy("Unconnected or shared consumer attempting to unsubscribe")

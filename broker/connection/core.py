@@ -25,22 +25,20 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from broker.auth.handshake import ConnectionAuth
+from broker.auth.handshake import ConnectionAuth, ConnectOutcome
 from broker.connection.consumers import ConsumerEndpoint
+from broker.connection.discovery import DiscoveryEndpoint
 from broker.connection.producers import ProducerEndpoint
 from broker.errors import (
     BrokerError,
     InvalidTopicName,
-    ServiceNotReady,
     to_wire,
 )
 from broker.logging_setup import RateLimitedLog
-from broker.topics.non_persistent import non_persistent_topics_of
 from protocol import commands, pb
-from protocol.enums import TopicListMode
 from protocol.errors import ProtocolError, ServerError
 from protocol.framing import SUB_MESSAGE_NAME, Frame, FrameDecoder
-from protocol.topic_name import NON_PERSISTENT, InvalidTopicNameError, NamespaceName, TopicName
+from protocol.topic_name import InvalidTopicNameError, TopicName
 
 if TYPE_CHECKING:
     from broker.auth.authorization import Authorizer
@@ -71,6 +69,9 @@ class ServerConnection(asyncio.Protocol):
         self._peer = "?"
         self._peer_ip: str | None = None
         self._connected = False
+        self._connecting = False  # a CONNECT's check runs on the pool: frames wait
+        self._refused = False  # CONNECT refused: nothing more is read or decoded
+        self._protocol_version = 0
         self._closing = False
         self._out: list[bytes] = []
         self._out_bytes = 0
@@ -88,16 +89,13 @@ class ServerConnection(asyncio.Protocol):
         self.created_at = time.time()
         self.producers = ProducerEndpoint(self)
         self.consumers = ConsumerEndpoint(self)
+        self.discovery = DiscoveryEndpoint(self)  # lookups, topic lists, schemas
         self.auth = ConnectionAuth(self)  # the role; CONNECT authentication and its refresh
         self._handlers: dict[int, Callable[[Frame], None]] = {
             T.CONNECT: self._on_connect,
             T.PING: self._on_ping,
             T.PONG: self._on_pong,
-            T.PARTITIONED_METADATA: self._on_partitioned_metadata,
-            T.LOOKUP: self._on_lookup,
-            T.GET_TOPICS_OF_NAMESPACE: self._on_get_topics_of_namespace,
-            T.GET_SCHEMA: self._on_get_schema,
-            T.GET_OR_CREATE_SCHEMA: self._on_get_or_create_schema,
+            **self.discovery.handlers(),
             **self.producers.handlers(),
             **self.consumers.handlers(),
             **self.auth.handlers(),
@@ -132,6 +130,10 @@ class ServerConnection(asyncio.Protocol):
     @property
     def role(self) -> str | None:
         return self.auth.role
+
+    @property
+    def original_principal(self) -> str | None:
+        return self.auth.original_principal
 
     def refuse_after(self, delay: float, frame: bytes) -> None:
         """Stop reading, then after ``delay`` seconds write ``frame`` and close (a failed
@@ -174,18 +176,26 @@ class ServerConnection(asyncio.Protocol):
         self._schedule_keepalive()
 
     def data_received(self, data: bytes) -> None:
-        if self._closing:
+        if self._closing or self._refused:
             return
-        decoded = False
         try:
             self._decoder.feed(data)
+        except ProtocolError as exc:
+            self._close_for_bad_input(str(exc))
+            return
+        if not self._connecting:  # else the frames wait for the CONNECT's outcome
+            self._decode_frames()
+
+    def _decode_frames(self) -> None:
+        decoded = False
+        try:
             for frame in self._decoder:
                 # Liveness is a whole frame, as in Java (PulsarHandler.messageReceived): a peer
                 # dribbling the bytes of a frame it never finishes is not alive (slowloris).
                 decoded = self._frame_seen = True
                 self._dispatch(frame)
-                if self._closing:
-                    return
+                if self._closing or self._refused or self._connecting:
+                    break
         except ProtocolError as exc:
             self._close_for_bad_input(str(exc))
         if decoded:
@@ -350,21 +360,45 @@ class ServerConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ handshake / liveness
 
     def _on_connect(self, frame: Frame) -> None:
-        if self._connected:
-            raise _CloseConnection("second CONNECT")
+        if self._connected or self._connecting:
+            raise _CloseConnection("second CONNECT")  # Java: only in state Start
         cmd = frame.command.connect
         self.client_version = cmd.client_version
-        version = min(cmd.protocol_version, MAX_PROTOCOL_VERSION)
-        if not self.auth.on_connect(cmd, SERVER_VERSION, version):
-            return  # refused: ERROR AuthenticationError follows after a delay
+        self._protocol_version = min(cmd.protocol_version, MAX_PROTOCOL_VERSION)
+        outcome = self.auth.on_connect(cmd, SERVER_VERSION, self._protocol_version)
+        if outcome is ConnectOutcome.ACCEPTED:
+            self._accept_connect()
+        elif outcome is ConnectOutcome.REFUSED:
+            self._stop_decoding()
+        else:  # PENDING: read nothing until the check is done (connect_finished)
+            self._connecting = True
+            self.pause_reading()
+
+    def connect_finished(self, accepted: bool) -> None:
+        self._connecting = False
+        if not accepted:
+            self._stop_decoding()
+            return
+        self._accept_connect()
+        self.resume_reading()
+        self._decode_frames()  # whatever arrived behind the CONNECT
+
+    def _accept_connect(self) -> None:
         self._connected = True
         self.write(
             commands.connected(
                 SERVER_VERSION,
-                protocol_version=version,
+                protocol_version=self._protocol_version,
                 max_message_size=self._config.max_message_size,
             )
         )
+
+    def _stop_decoding(self) -> None:
+        """A refused CONNECT: drop every byte buffered behind it and decode nothing more (each
+        CONNECT in one write would otherwise be one more password guess). Reading is paused
+        and the refusal closes the connection after its delay (``refuse_after``)."""
+        self._refused = True
+        self._decoder = FrameDecoder(max_frame_size=8)
 
     def _on_ping(self, frame: Frame) -> None:
         self.write(commands.pong())
@@ -381,184 +415,7 @@ class ServerConnection(asyncio.Protocol):
         except InvalidTopicNameError as exc:
             raise InvalidTopicName(str(exc)) from exc
 
-    def _on_partitioned_metadata(self, frame: Frame) -> None:
-        cmd = frame.command.partitionMetadata
-        request_id = cmd.request_id
-        try:
-            topic = self.parse_topic(cmd.topic)
-            self.authorizer.check_lookup(self.auth.role, topic)
-            partitions = self._service.partitions_of(topic)
-        except BrokerError as exc:
-            code, message = to_wire(exc)
-            self.write(
-                commands.partitioned_metadata_response(request_id, error=code, message=message)
-            )
-            return
-        self.write(commands.partitioned_metadata_response(request_id, partitions))
-
-    def _on_lookup(self, frame: Frame) -> None:
-        cmd = frame.command.lookupTopic
-        request_id = cmd.request_id
-        listener = cmd.advertised_listener_name
-        if listener:
-            self.write(
-                commands.lookup_response(
-                    request_id,
-                    error=ServerError.ServiceNotReady,
-                    message=f"the broker do not have {listener} listener",
-                )
-            )
-            return
-        try:
-            topic = self.parse_topic(cmd.topic)
-            self.authorizer.check_lookup(self.auth.role, topic)
-            self._service.check_namespace(topic)
-        except BrokerError as exc:
-            code, message = to_wire(exc)
-            self.write(commands.lookup_response(request_id, error=code, message=message))
-            return
-        if self._service.damaged.get(topic.full_name) is not None:
-            # Known damage answers the lookup (checking that the files did not change since
-            # reads file metadata, so off the loop); unknown damage is found by the load that
-            # PRODUCER/SUBSCRIBE triggers, as Pulsar's lookup does not load the topic either.
-            self.spawn(self._lookup_damaged(request_id, topic))
-            return
-        if self._service.cluster is not None and topic.domain != NON_PERSISTENT:
-            self.spawn(self._lookup_in_cluster(request_id, topic, cmd.authoritative))
-            return
-        self._lookup_found(request_id)
-
-    async def _lookup_in_cluster(self, request_id: int, topic: TopicName, authority: bool) -> None:
-        """Cluster mode: Connect to the bundle's owner, or Redirect to the candidate broker,
-        as Pulsar's ``TopicLookupBase`` answers (broker/cluster/service.py)."""
-        cluster = self._service.cluster
-        assert cluster is not None
-        try:
-            answer = await cluster.lookup(topic, authority)
-        except Exception as exc:
-            if not isinstance(exc, BrokerError):
-                log.warning("lookup %d on %s failed: %s", request_id, self._peer, exc)
-                exc = ServiceNotReady(f"lookup of {topic.full_name} failed: {exc}")
-            code, message = to_wire(exc)
-            self.write(commands.lookup_response(request_id, error=code, message=message))
-            return
-        self.write(
-            commands.lookup_response(
-                request_id,
-                answer.broker.service_url or None,
-                broker_service_url_tls=answer.broker.service_url_tls or None,
-                redirect=answer.redirect,
-                authoritative=answer.authoritative,
-            )
-        )
-
-    async def _lookup_damaged(self, request_id: int, topic: TopicName) -> None:
-        try:
-            await self._service.refuse_if_damaged(topic)
-        except Exception as exc:
-            if not isinstance(exc, BrokerError):
-                log.exception("lookup %d on %s failed", request_id, self._peer)
-            code, message = to_wire(exc)
-            self.write(commands.lookup_response(request_id, error=code, message=message))
-            return
-        self._lookup_found(request_id)
-
-    def _lookup_found(self, request_id: int) -> None:
-        # "Connect to me", through the client's own service URL: the client keeps one socket.
-        self.write(
-            commands.lookup_response(
-                request_id,
-                self._service.service_url or None,
-                broker_service_url_tls=self._service.service_url_tls or None,
-                authoritative=True,
-                proxy_through_service_url=True,
-            )
-        )
-
-    def _on_get_topics_of_namespace(self, frame: Frame) -> None:
-        cmd = frame.command.getTopicsOfNamespace
-        try:
-            namespace = NamespaceName.parse(cmd.namespace)
-        except InvalidTopicNameError as exc:
-            self.reply_error(cmd.request_id, InvalidTopicName(str(exc)))
-            return
-        try:
-            self.authorizer.check_list_topics(self.auth.role, namespace)
-        except BrokerError as exc:
-            self.reply_error(cmd.request_id, exc)
-            return
-        topics = self._service.topics_of_namespace(namespace)
-        if int(cmd.mode) != TopicListMode.PERSISTENT:
-            # NON_PERSISTENT / ALL (RegexSubscriptionMode): the loaded in-memory topics too.
-            in_memory = non_persistent_topics_of(self._service.topics, namespace)
-            persistent = int(cmd.mode) == TopicListMode.ALL
-            topics = (topics if persistent else []) + in_memory
-        self.write(commands.get_topics_of_namespace_response(cmd.request_id, topics))
-
-    # ------------------------------------------------------------------ schema
-    # Kept under the topic's full name (as PRODUCER stores them): every spelling of a topic
-    # shares one schema, and a name that does not parse gets an error response.
-
-    def _on_get_schema(self, frame: Frame) -> None:
-        cmd = frame.command.getSchema
-        version = cmd.schema_version if cmd.HasField("schema_version") else None
-        try:
-            topic = self.parse_topic(cmd.topic)
-            self.authorizer.check_lookup(self.auth.role, topic)
-        except BrokerError as exc:
-            code, message = to_wire(exc)
-            self.write(
-                commands.get_schema_response(cmd.request_id, error_code=code, error_message=message)
-            )
-            return
-        found = self._service.schemas.get(topic.full_name, version)
-        if found is None:
-            self.write(
-                commands.get_schema_response(
-                    cmd.request_id,
-                    error_code=ServerError.TopicNotFound,
-                    error_message=f"Topic not found or no-schema {topic.full_name}",
-                )
-            )
-            return
-        schema_bytes, schema_version = found
-        schema = pb.Schema()
-        schema.ParseFromString(schema_bytes)
-        self.write(
-            commands.get_schema_response(
-                cmd.request_id, schema=schema, schema_version=schema_version
-            )
-        )
-
-    def _on_get_or_create_schema(self, frame: Frame) -> None:
-        cmd = frame.command.getOrCreateSchema
-        try:
-            topic = self.parse_topic(cmd.topic)
-            self.authorizer.check_produce(self.auth.role, topic)
-            self._service.check_namespace(topic)
-        except BrokerError as exc:
-            code, message = to_wire(exc)
-            self.write(
-                commands.get_or_create_schema_response(
-                    cmd.request_id, error_code=code, error_message=message
-                )
-            )
-            return
-        schema = cmd.schema.SerializeToString()
-
-        async def store() -> None:  # durable before the answer, written off the event loop
-            version = await self._service.schemas.put(topic.full_name, schema)
-            self.write(
-                commands.get_or_create_schema_response(cmd.request_id, schema_version=version)
-            )
-
-        self.request(cmd.request_id, store)
-
-    # ------------------------------------------------------------------ producers
-
-    # ProducerSink -------------------------------------------------------------------
-
-    # SEND -------------------------------------------------------------------------------
+    # ------------------------------------------------------------------ flow control
 
     def pause_reading(self) -> None:
         if not self.reading_paused and self._transport is not None:
@@ -569,10 +426,6 @@ class ServerConnection(asyncio.Protocol):
         if self.reading_paused and self._transport is not None and not self._closing:
             self.reading_paused = False
             self._transport.resume_reading()
-
-    # ------------------------------------------------------------------ consumers
-
-    # ConsumerSink ------------------------------------------------------------------------
 
     def is_writable(self) -> bool:
         """Back-pressure toward slow consumers: the transport's buffer is below its high-water

@@ -129,7 +129,13 @@ class ProducerEndpoint:
 
     async def _create_new_producer(self, cmd: pb.CommandProducer, request_id: int) -> None:
         topic_name = self._conn.parse_topic(cmd.topic)
-        self._conn.authorizer.check_produce(self._conn.role, topic_name)  # fencing too
+        # Fencing too; an initial subscription is a durable subscription: consume as well.
+        self._conn.authorizer.check_produce(
+            self._conn.role,
+            topic_name,
+            original=self._conn.original_principal,
+            initial_subscription=cmd.initial_subscription_name or None,
+        )
         if cmd.HasField("topic_epoch") and cmd.topic_epoch > I64_MAX:
             # Java reads this uint64 as a long: negative, so older than any epoch. Adopting it
             # would let the epoch pass 2**64 - 1, which no PRODUCER_SUCCESS can carry.

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 
 from broker.config import BrokerConfig
 from broker.metadata.policies import IDEMPOTENCY_WINDOW, PolicyStore
-from broker.publish.idempotency_keys import entry_keys
+from broker.publish.idempotency_keys import KeyScanRefused, entry_keys
 from broker.publish.idempotency_window import IDEMPOTENCY_CURSOR, IdempotencyWindow, WindowConfig
 from broker.storage import Ledger, Position
 from protocol.enums import InitialPosition
@@ -59,7 +59,11 @@ def window_config_from(
         max_keys = policy.get("idempotencyWindowMaxKeys", max_keys)
     if not isinstance(seconds, int | float) or not isinstance(max_keys, int):
         raise ValueError(f"bad idempotencyWindow policy {policy!r}")
-    return WindowConfig(window_seconds=float(seconds), max_keys=max_keys)
+    return WindowConfig(
+        window_seconds=float(seconds),
+        max_keys=max_keys,
+        max_uncompressed_bytes=config.max_message_size,
+    )
 
 
 def effective_window_policy(policies: PolicyStore, topic: TopicName) -> dict[str, object]:
@@ -127,12 +131,24 @@ def recover_window(
         records, hidden, config=config, clock=clock, snapshot_position=snapshot_position
     )
     now = clock()
-    replayed = 0
+    replayed = refused = 0
     for position, entry in ledger.iter_entries(replay_from):
-        found = entry_keys(entry)
+        try:
+            found = entry_keys(entry, config.max_uncompressed_bytes)
+        except KeyScanRefused:
+            # Stored by a build without the bounds (or under a larger maxMessageSize): read as
+            # keyless, so the replay stays as bounded per entry as the publish path.
+            found = None
+            refused += 1
         keys = found.keys if found is not None else ()
         window.replay(position, keys, is_batch=found is not None and found.is_batch, stamp=now)
         replayed += 1
+    if refused:
+        log.warning(
+            "%s: idempotency replay read %d entries beyond the key check's bounds as keyless",
+            ledger.directory,
+            refused,
+        )
     window.finish_replay()
     window.forget_hidden_before(ledger.first_position)
     window.recovery_seconds = time.monotonic() - started

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from broker.storage import Position
-from protocol.enums import IDEMPOTENCY_KEY_PROPERTY
+from protocol.enums import DEFAULT_MAX_MESSAGE_SIZE, IDEMPOTENCY_KEY_PROPERTY
 
 __all__ = [
     "IDEMPOTENCY_CURSOR",
@@ -88,6 +88,9 @@ class WindowConfig:
 
     window_seconds: float = 120.0
     max_keys: int = 100_000
+    #: The broker's ``maxMessageSize``: the most a compressed batch may declare uncompressed
+    #: for its keys to be read (``broker.publish.idempotency_keys``; issue #24).
+    max_uncompressed_bytes: int = DEFAULT_MAX_MESSAGE_SIZE
 
     def __post_init__(self) -> None:
         if self.window_seconds < 0:

@@ -43,14 +43,19 @@ from collections.abc import Callable
 
 from broker.blocking import run_to_completion
 from broker.config import BrokerConfig
-from broker.errors import PersistenceError, ProducerFenced, TopicTerminated
+from broker.errors import (
+    InvalidMessageMetadata,
+    PersistenceError,
+    ProducerFenced,
+    TopicTerminated,
+)
 from broker.publish.dedup import DedupResult, MessageDeduplication
 from broker.publish.dedup_snapshot import (
     DEDUP_CURSOR,
     dedup_config_from,
     exact_batch_highest_sequence_id,
 )
-from broker.publish.idempotency_keys import entry_keys
+from broker.publish.idempotency_keys import KeyScanRefused, entry_keys
 from broker.publish.idempotency_snapshot import take_snapshot as take_idempotency_snapshot
 from broker.publish.idempotency_window import Admission, IdempotencyWindow, Verdict
 from broker.publish.producers import Producer, ProducerRegistry
@@ -208,7 +213,12 @@ class Publisher:
         window = self.idempotency
         if window is None or not window.config.enabled:
             return None
-        keys = entry_keys(entry)
+        try:
+            keys = entry_keys(entry, window.config.max_uncompressed_bytes)
+        except KeyScanRefused as exc:
+            # Bounded work per SEND (issue #24): refused in its turn, nothing stored; the code
+            # makes the official clients fail just this message (`InvalidMessageMetadata`).
+            raise InvalidMessageMetadata(str(exc)) from None
         if keys is None:
             return None
         admission = window.check(keys.keys)

@@ -86,3 +86,9 @@ messages_strategy = st.lists(
 @given(messages_strategy)
 def test_round_trip_property(messages: list[SingleMessage]) -> None:
     assert decode_batch(encode_batch(messages), count=len(messages)) == messages
+
+
+def test_parsing_stops_at_the_first_record_beyond_the_count() -> None:
+    payload = encode_batch([SingleMessage(b"")]) * 3 + b"\xff"  # garbage after the third
+    with pytest.raises(RemoteProtocolError, match="more than the 2 messages"):
+        decode_batch(payload, count=2)

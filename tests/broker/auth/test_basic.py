@@ -89,3 +89,52 @@ def test_bcrypt_reads_the_first_72_bytes_of_a_password_as_htpasswd_does() -> Non
     hashed = bcrypt.using(rounds=4, ident="2y").hash("x" * 72)
     assert verify_password("x" * 72 + "ignored", hashed)
     assert not verify_password("x" * 71, hashed)
+
+
+def test_a_malformed_hash_is_an_authentication_failure(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    good = bcrypt.using(rounds=4, ident="2y").hash("ok-pw")
+    path = tmp_path / "htpasswd"
+    path.write_text(
+        f"ok:{good}\ncut:{good[:-5]}\nsalt:$2y$04$!!!{good[10:]}\napr:$apr1$salt$short\n"
+    )
+    with caplog.at_level("WARNING", logger="broker.auth.basic"):
+        provider = BasicProvider(BrokerConfig(basic_auth_conf=str(path)))
+    assert sum("malformed hash" in r.getMessage() for r in caplog.records) == 3
+    for user in ("cut", "salt", "apr"):
+        with pytest.raises(AuthenticationFailure):
+            provider.authenticate(f"{user}:ok-pw".encode())
+    assert provider.authenticate(b"ok:ok-pw").role == "ok"
+
+
+def test_a_hash_the_library_rejects_at_check_time_is_a_failure_too(provider: BasicProvider) -> None:
+    provider._users["ann"] = "$2y$04$" + "x" * 53  # well-formed to the eye, bad salt inside
+    with pytest.raises(AuthenticationFailure):
+        provider.authenticate(b"ann:ann-pw")
+
+
+@pytest.mark.parametrize(
+    ("costs", "expected"),
+    [([5, 5, 4], "$2b$05$"), ([4, 6], "$2b$06$"), ([], "$2b$10$"), ([12], "$2b$12$")],
+)
+def test_unknown_users_cost_what_the_files_entries_cost(costs: list[int], expected: str) -> None:
+    from broker.auth.basic import dummy_hash_for
+
+    hashes = [bcrypt.using(rounds=c, ident="2y").hash("pw") for c in costs]
+    assert dummy_hash_for(hashes).startswith(expected)
+
+
+def test_an_apr1_file_gets_an_apr1_dummy() -> None:
+    from broker.auth.basic import dummy_hash_for
+
+    hashes = [apr_md5_crypt.hash("a"), apr_md5_crypt.hash("b"), "plain-text"]
+    assert dummy_hash_for(hashes).startswith("$apr1$")
+
+
+def test_the_provider_checks_unknown_users_against_its_own_cost(tmp_path: Path) -> None:
+    path = tmp_path / "htpasswd"
+    path.write_text(f"a:{bcrypt.using(rounds=6, ident='2y').hash('pw')}\nplain:pw\n")
+    provider = BasicProvider(BrokerConfig(basic_auth_conf=str(path)))
+    assert provider._dummy.startswith("$2b$06$")
+    assert provider.blocking  # bcrypt: the authentication service runs it on its pool

@@ -144,3 +144,28 @@ def test_base64_secrets_that_look_like_paths_are_redacted(tmp_path: Path) -> Non
     htpasswd.write_text("u:h\n")
     shown = BrokerConfig(basic_auth_conf=str(htpasswd)).describe()
     assert f'basicAuthConf = "{htpasswd}"' in shown
+
+
+@pytest.mark.parametrize("exp_offset", [3600, -10])
+def test_numeric_string_exp_is_the_same_expiry_at_connect_and_on_refresh(exp_offset: int) -> None:
+    # jjwt reads a numeric string as a number: checked at CONNECT, and kept for the re-check.
+    secret = create_secret_key()
+    provider = _provider(token_secret_key=_data_url(secret))
+    exp = int(time.time()) + exp_offset
+    token = jwt.encode({"sub": "carol", "exp": str(exp)}, secret, algorithm="HS256").encode()
+    if exp_offset < 0:
+        with pytest.raises(AuthenticationFailure, match="expired"):
+            provider.authenticate(token)
+        return
+    identity = provider.authenticate(token)
+    assert identity.expires_at == float(exp)
+    assert identity.expired(now=exp + 1)  # what the live connection's re-check asks
+
+
+@pytest.mark.parametrize("exp", ["tomorrow", True, None, [1], {"at": 1}])
+def test_non_numeric_exp_is_refused_as_jjwt_refuses_it(exp: object) -> None:
+    secret = create_secret_key()
+    provider = _provider(token_secret_key=_data_url(secret))
+    token = jwt.encode({"sub": "carol", "exp": exp}, secret, algorithm="HS256").encode()
+    with pytest.raises(AuthenticationFailure):
+        provider.authenticate(token)
