@@ -116,8 +116,11 @@ def split_batch(
     parse = _parse_single
     unpack = _U32.unpack_from
     position, end = 0, len(data)
-    limit = -1 if count is None else count + 1
-    while position < end:
+    # One more record than declared is the most ever parsed: refused then, not after parsing
+    # the rest (a payload of millions of empty records would otherwise cost seconds).
+    for _ in range(_UNBOUNDED if count is None else count + 1):
+        if position >= end:
+            break
         if end - position < 4:
             raise RemoteProtocolError(f"truncated batch record header at offset {position}")
         (header_size,) = unpack(data, position)
@@ -128,21 +131,25 @@ def split_batch(
             meta = parse(data[position + 4 : header_end])
         except Exception as exc:  # upb DecodeError
             raise RemoteProtocolError(f"bad SingleMessageMetadata at offset {position}") from exc
-        # payload_size is the one required field: initialized means present.
-        if not meta.IsInitialized() or meta.payload_size < 0:
+        # payload_size is the one required field: a header that starts with its tag (field 3,
+        # varint: 0x18, as every client writes it) has it; any other must be initialized.
+        if (
+            header_size == 0 or data[position + 4] != _PAYLOAD_SIZE_TAG
+        ) and not meta.IsInitialized():
             raise RemoteProtocolError(f"batch record at offset {position} lacks a payload size")
         payload_end = header_end + meta.payload_size
-        if payload_end > end:
+        if payload_end > end or payload_end < header_end:
             raise RemoteProtocolError(f"batch record payload at offset {position} is truncated")
         append((meta, data[header_end:payload_end]))
         position = payload_end
-        if len(records) == limit:
-            # More records than declared: refused now, not after parsing the rest (a payload
-            # of millions of empty records would otherwise cost seconds to refuse).
+    else:
+        if position < end:
             raise RemoteProtocolError(f"batch holds more than the {count} messages it declares")
     if count is not None and len(records) != count:
         raise RemoteProtocolError(f"batch holds {len(records)} messages, expected {count}")
     return records
 
 
+_UNBOUNDED = 1 << 62
+_PAYLOAD_SIZE_TAG = 0x18
 _parse_single = pb.SingleMessageMetadata.FromString

@@ -61,6 +61,7 @@ def _record(meta: bytes, payload: bytes = b"") -> bytes:
         _record(pb.SingleMessageMetadata(payload_size=10).SerializeToString(), b"short"),
         _record(b"\xff\xff"),  # unparsable metadata
         _record(b""),  # payload_size (required) missing
+        _record(b"\x0a\x04\x0a\x00\x12\x00"),  # a property, and no payload_size
         _record(pb.SingleMessageMetadata(payload_size=-1).SerializeToString()),
     ],
 )
@@ -92,3 +93,11 @@ def test_parsing_stops_at_the_first_record_beyond_the_count() -> None:
     payload = encode_batch([SingleMessage(b"")]) * 3 + b"\xff"  # garbage after the third
     with pytest.raises(RemoteProtocolError, match="more than the 2 messages"):
         decode_batch(payload, count=2)
+
+
+def test_a_record_whose_payload_size_is_not_its_first_field() -> None:
+    """Records start with payload_size (field 3) as clients write them, but the field order is
+    free: one that comes after a property (field 1) is found all the same."""
+    header = b"\x0a\x06\x0a\x01k\x12\x01v" + b"\x18\x02"
+    (message,) = decode_batch(_record(header, b"hi"), count=1)
+    assert message == SingleMessage(b"hi", properties={"k": "v"})
