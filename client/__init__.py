@@ -80,6 +80,7 @@ from client.producer import AsyncProducer
 from client.reader import AsyncReader
 from client.routing import PartitionsRoutingMode
 from client.schema import BytesSchema
+from client.service_info import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
 from client.sync import Client, Consumer, Producer, Reader, TableView
 from protocol.enums import CompressionType, InitialPosition, ProducerAccessMode
 
@@ -99,6 +100,7 @@ __all__ = [
     "AuthenticationTLS",
     "AuthenticationToken",
     "AuthorizationError",
+    "AutoClusterFailover",
     "BatchReceivePolicy",
     "BatchingType",
     "BrokerMetadataError",
@@ -158,6 +160,8 @@ __all__ = [
     "Reader",
     "RegexSubscriptionMode",
     "Result",
+    "ServiceInfo",
+    "ServiceInfoProvider",
     "ServiceUnitNotReady",
     "SubscriptionNotFound",
     "TableView",

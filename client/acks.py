@@ -101,5 +101,8 @@ class BatchAcks:
             self._batches.pop(key, None)
         return unacked
 
+    def clear(self) -> None:
+        self._batches.clear()
+
     def forget(self, key: EntryKey) -> None:
         self._batches.pop(key, None)

@@ -7,12 +7,16 @@ operation timeout), then every connection, and returns when no socket is left.
 
 A client belongs to the process and the event loop that first used it: after ``os.fork()`` the
 child gets ``ClientUsedAfterFork`` from it and must create its own.
+
+Its ``service_url`` may also be an ``AutoClusterFailover`` or a ``ServiceInfoProvider``: the
+client then follows the cluster the provider announces (``client.service_info``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import itertools
 import os
@@ -38,7 +42,7 @@ from client.errors import (
     InvalidConfiguration,
     InvalidTopicName,
 )
-from client.lookup import Lookup, LookupService
+from client.lookup import Lookup, LookupResult, LookupService
 from client.message_id import MessageId
 from client.multi_topic import AsyncMultiTopicConsumer
 from client.partitioned_producer import AsyncPartitionedProducer
@@ -46,6 +50,8 @@ from client.process import current_pid
 from client.producer import AsyncProducer, ProducerConfig, ProducerOptions
 from client.reader import AsyncMultiTopicReader, AsyncReader
 from client.routing import new_router
+from client.service_info import ServiceInfo
+from client.service_info.active import ActiveService, ServiceSource, initial_service
 from client.service_url import ServiceUrl
 from client.signatures import takes
 from client.table_view import AsyncTableView
@@ -61,7 +67,9 @@ class AsyncClient:
 
     Args:
         service_url: ``pulsar://host:port`` (several hosts: ``pulsar://h1:p1,h2:p2``), or
-            ``http://host:port`` to look topics up over the brokers' HTTP service.
+            ``http://host:port`` to look topics up over the brokers' HTTP service; or an
+            ``AutoClusterFailover`` or ``ServiceInfoProvider`` (``client.service_info``), whose
+            ``ServiceInfo`` s then carry the authentication and trust store.
         operation_timeout_seconds: bound on lookups, producer creation and close.
         connection_timeout_ms: bound on opening one connection (TCP + handshake).
         keep_alive_interval_seconds: PING period; a silent connection is dropped after it.
@@ -80,12 +88,13 @@ class AsyncClient:
             tune its C++ core: accepted and ignored (this client logs through ``logging``).
 
     Raises:
-        ValueError: an argument of the wrong type (as the official client).
+        ValueError: an argument of the wrong type (as the official client); ``authentication``
+            or ``tls_trust_certs_file_path`` with a provider.
     """
 
     def __init__(
         self,
-        service_url: str,
+        service_url: ServiceSource,
         authentication: Authentication | None = None,
         operation_timeout_seconds: float = 30,
         io_threads: int = 1,
@@ -111,7 +120,7 @@ class AsyncClient:
         # The official parameters, in its order, checked as it checks them (ValueError); the
         # C++ core's tuning (threads, lookups in flight, logging, stats) is accepted and
         # ignored. Ours come after, by keyword only.
-        check_type(str, service_url, "service_url")
+        provider, info = initial_service(service_url, authentication, tls_trust_certs_file_path)
         check_type_or_none(Authentication, authentication, "authentication")
         check_number(operation_timeout_seconds, "operation_timeout_seconds")
         check_number(connection_timeout_ms, "connection_timeout_ms")
@@ -136,17 +145,7 @@ class AsyncClient:
             ("tls_certificate_file_path", tls_certificate_file_path),
         ):
             check_type_or_none(str, path, name)
-        self._service_url = ServiceUrl.parse(service_url)
-        ssl_context = None
-        if use_tls or self._service_url.tls:
-            ssl_context = client_ssl_context(
-                trust_certs_file_path=tls_trust_certs_file_path,
-                allow_insecure_connection=tls_allow_insecure_connection,
-                validate_hostname=tls_validate_hostname,
-                authentication=authentication,
-                certificate=(tls_certificate_file_path, tls_private_key_file_path),
-            )
-        self.config = ClientConfig(
+        base = ClientConfig(
             operation_timeout=float(operation_timeout_seconds),
             connection_timeout=connection_timeout_ms / 1000,
             keep_alive_interval=float(keep_alive_interval_seconds),
@@ -154,11 +153,19 @@ class AsyncClient:
             max_backoff=max_backoff_interval_ms / 1000,
             listener_name=listener_name,
             partitions_update_interval=float(partitions_update_interval_seconds),
-            authentication=authentication,
-            ssl_context=ssl_context,
         )
-        self._pool = ConnectionPool(self.config)
-        self._lookup = new_lookup(self._pool, self._service_url, self.config)
+        config_of = functools.partial(
+            _service_config,
+            base,
+            use_tls=use_tls,
+            allow_insecure_connection=tls_allow_insecure_connection,
+            validate_hostname=tls_validate_hostname,
+            certificate=(tls_certificate_file_path, tls_private_key_file_path),
+        )
+        # The cluster in use: its settings, lookup and the connection pool (switched when a
+        # provider announces another cluster).
+        self._service = ActiveService(provider, info, config_of, new_lookup)
+        self._pool = self._service.pool
         self._producers: set[AsyncProducer] = set()
         self._consumers: set[AsyncConsumer] = set()
         # Producers and consumers made of several (partitions, topic lists): closed first.
@@ -166,6 +173,16 @@ class AsyncClient:
         self._ids = itertools.count()
         self._pid = current_pid()
         self._closed = False
+        self._service.start()
+
+    @property
+    def config(self) -> ClientConfig:
+        """The settings in use (authentication and TLS are those of the current cluster)."""
+        return self._service.config
+
+    def get_service_info(self) -> ServiceInfo:
+        """The cluster this client uses now (the official ``Client.get_service_info``)."""
+        return self._service.info
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -198,7 +215,7 @@ class AsyncClient:
         self._check_open()
         full_name = _full_topic_name(options.topic)
         config = options.producer_config()
-        partitions = await self._lookup.partitioned_metadata(full_name)
+        partitions = await self._partitioned_metadata(full_name)
         if partitions == 0:
             return await self._start_producer(full_name, config)
         router = new_router(
@@ -216,7 +233,7 @@ class AsyncClient:
             config,
             router,
             self._start_producer,
-            self._lookup.partitioned_metadata,
+            self._partitioned_metadata,
             max_pending_across_partitions=options.max_pending_messages_across_partitions,
             update_interval=self.config.partitions_update_interval,
         )
@@ -258,7 +275,7 @@ class AsyncClient:
         name: str | None = None
         if isinstance(topic, str):
             name = _full_topic_name(topic)
-            if await self._lookup.partitioned_metadata(name) == 0:
+            if await self._partitioned_metadata(name) == 0:
                 return await self._start_consumer(name, config, dead_letter_policy)
             topic = [name]  # a partitioned topic: one consumer per partition, merged
         multi = AsyncMultiTopicConsumer(
@@ -308,7 +325,7 @@ class AsyncClient:
         config = options.consumer_config(f"reader-{os.urandom(5).hex()}")
         start_message_id = options.start_message_id
         full_name = _full_topic_name(options.topic)
-        if await self._lookup.partitioned_metadata(full_name) == 0:
+        if await self._partitioned_metadata(full_name) == 0:
             reader = AsyncReader(await self._start_consumer(full_name, config))
             try:
                 await reader.include_head()
@@ -376,7 +393,7 @@ class AsyncClient:
     ) -> list[str]:
         """The persistent topics of ``tenant/namespace`` (GET_TOPICS_OF_NAMESPACE)."""
         self._check_open()
-        return await self._lookup.topics_of_namespace(namespace, mode)
+        return await self._service.ask(lambda lookup: lookup.topics_of_namespace(namespace, mode))
 
     def consumer_closed(self, consumer: AsyncConsumer) -> None:
         self._consumers.discard(consumer)
@@ -385,10 +402,13 @@ class AsyncClient:
         """The partition names of ``topic``, or ``[topic]`` when it is not partitioned."""
         self._check_open()
         full_name = _full_topic_name(topic)
-        partitions = await self._lookup.partitioned_metadata(full_name)
+        partitions = await self._partitioned_metadata(full_name)
         if partitions == 0:
             return [full_name]
         return [f"{full_name}-partition-{index}" for index in range(partitions)]
+
+    async def _partitioned_metadata(self, topic: str) -> int:
+        return await self._service.ask(lambda lookup: lookup.partitioned_metadata(topic))
 
     # --- closing ------------------------------------------------------------------------
 
@@ -413,7 +433,13 @@ class AsyncClient:
         self._closed = True
         await self._close_all(deliver=False)
 
+    def close_provider(self) -> None:
+        """Close the ``ServiceInfoProvider`` (``close`` and ``shutdown`` do it first): the
+        client follows no other cluster from now on; idempotent."""
+        self._service.close_provider()
+
     async def _close_all(self, *, deliver: bool) -> None:
+        self._service.close_provider()  # first: no switch while closing
         composites = list(self._composites)
         await asyncio.gather(*(_close_quietly(composite) for composite in composites))
         producers = list(self._producers)
@@ -422,7 +448,7 @@ class AsyncClient:
             *(producer.close() if deliver else producer.shutdown() for producer in producers)
         )
         await asyncio.gather(*(consumer.close() for consumer in consumers))
-        await self._lookup.close()
+        await self._service.close()
         await self._pool.close()
 
     @property
@@ -435,13 +461,15 @@ class AsyncClient:
     async def connection_for(self, topic: str) -> Connection:
         """A connection to the broker that owns ``topic`` (looked up every time)."""
         self._check_open()
-        owner = await self._lookup.lookup(topic)
+        owner: LookupResult = await self._service.ask(lambda lookup: lookup.lookup(topic))
         return await self._pool.get(owner.logical, owner.physical)
 
     def producer_closed(self, producer: AsyncProducer) -> None:
         self._producers.discard(producer)
 
     def _check_open(self) -> None:
+        # Called on the loop by every operation: switches of cluster run on this loop.
+        self._service.bind(asyncio.get_running_loop())
         if self._pid != current_pid():
             raise ClientUsedAfterFork(
                 f"this client was created in process {self._pid}, before os.fork(); "
@@ -449,6 +477,29 @@ class AsyncClient:
             )
         if self._closed:
             raise AlreadyClosed("the client is closed")
+
+
+def _service_config(
+    base: ClientConfig,
+    info: ServiceInfo,
+    *,
+    use_tls: bool,
+    allow_insecure_connection: bool,
+    validate_hostname: bool,
+    certificate: tuple[str | None, str | None],
+) -> ClientConfig:
+    """The settings for one cluster: its credentials and trust store, the client's other TLS
+    options (as the C++ client combines a ServiceInfo with its ClientConfiguration)."""
+    ssl_context = None
+    if use_tls or info.use_tls:
+        ssl_context = client_ssl_context(
+            trust_certs_file_path=info.tls_trust_certs_file_path,
+            allow_insecure_connection=allow_insecure_connection,
+            validate_hostname=validate_hostname,
+            authentication=info.authentication,
+            certificate=certificate,
+        )
+    return dataclasses.replace(base, authentication=info.authentication, ssl_context=ssl_context)
 
 
 def new_lookup(pool: ConnectionPool, service_url: ServiceUrl, config: ClientConfig) -> Lookup:

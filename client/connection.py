@@ -123,6 +123,9 @@ class Connection(asyncio.Protocol):
     def __init__(self, logical: Address, physical: Address, config: ClientConfig) -> None:
         self.logical = logical
         self.physical = physical
+        #: The service URL of the cluster it belongs to (``ConnectionPool.switch``): ids and
+        #: acknowledgements of one cluster name unrelated entries on another.
+        self.cluster = ""
         self._config = config
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from client.crypto.context import EncryptionContext
-from client.message_id import MessageId
+from client.message_id import UNKNOWN_CLUSTER, MessageId, received_in
 from protocol import pb
 
 __all__ = ["Message", "PayloadDecoder", "ReceivedEntry"]
@@ -33,6 +33,7 @@ class ReceivedEntry:
 
     __slots__ = (
         "batch_size",
+        "cluster",
         "key",
         "metadata",
         "partition",
@@ -51,6 +52,7 @@ class ReceivedEntry:
         partition: int,
         redelivery_count: int = 0,
         schema: PayloadDecoder | None = None,
+        cluster: str | None = UNKNOWN_CLUSTER,
     ) -> None:
         self.topic = topic
         self.metadata = metadata
@@ -60,6 +62,8 @@ class ReceivedEntry:
         self.partition = partition
         self.redelivery_count = redelivery_count
         self.schema = schema
+        #: The client's cluster generation it was received in (``Connection.cluster``).
+        self.cluster = cluster
 
 
 class Message:
@@ -69,7 +73,7 @@ class Message:
     every message of an entry, in a ``ReceivedEntry``) and, inside a batch, the parsed
     ``SingleMessageMetadata``, and reads a field only when the application asks for it. The
     id of a message of a batch is made on the first ``message_id()``: acknowledging through
-    ``batch_position`` never needs it.
+    ``ack_position`` never needs it.
     """
 
     __slots__ = ("_data", "_entry", "_index", "_message_id", "_single")
@@ -90,9 +94,10 @@ class Message:
         *,
         redelivery_count: int = 0,
         schema: PayloadDecoder | None = None,
+        cluster: str | None = UNKNOWN_CLUSTER,
     ) -> None:
         self._data = data
-        self._message_id = message_id
+        self._message_id = received_in(message_id, cluster)
         self._entry = ReceivedEntry(
             topic,
             metadata,
@@ -102,6 +107,7 @@ class Message:
             message_id.partition(),
             redelivery_count,
             schema,
+            cluster,
         )
         self._index = message_id.batch_index()
         self._single = single
@@ -195,17 +201,21 @@ class Message:
         if message_id is None:
             entry = self._entry
             ledger_id, entry_id = entry.key
-            message_id = self._message_id = MessageId.of_entry(
-                ledger_id, entry_id, self._index, entry.batch_size, entry.partition
+            message_id = self._message_id = received_in(
+                MessageId.of_entry(
+                    ledger_id, entry_id, self._index, entry.batch_size, entry.partition
+                ),
+                entry.cluster,
             )
         return message_id
 
-    def batch_position(self) -> tuple[tuple[int, int], int, int]:
-        """``((ledger_id, entry_id), batch_index, batch_size)`` without making the id (the
-        acknowledgement of a message of a batch needs no more); index -1 and size 0 for a
-        message that is a whole entry (or a chunked one: ``message_id()`` knows its chunks)."""
+    def ack_position(self) -> tuple[tuple[int, int], int, int, str | None]:
+        """``((ledger_id, entry_id), batch_index, batch_size, cluster)`` without making the id
+        (the acknowledgement of a message of a batch needs no more); index -1 and size 0 for a
+        message that is a whole entry (or a chunked one: ``message_id()`` knows its chunks);
+        ``cluster``: where it was received (``ReceivedEntry.cluster``)."""
         entry = self._entry
-        return entry.key, self._index, entry.batch_size
+        return entry.key, self._index, entry.batch_size, entry.cluster
 
     def redelivery_count(self) -> int:
         return self._entry.redelivery_count

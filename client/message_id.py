@@ -28,6 +28,22 @@ __all__ = ["MessageId"]
 _I64_MIN = -I64_MAX - 1
 
 
+#: The cluster of an id made by the application (or deserialized): not known, never refused.
+UNKNOWN_CLUSTER = None
+
+
+def cluster_of(message_id: MessageId) -> str | None:
+    """The service URL of the cluster (``Connection.cluster``) the message of this id was
+    received from; ``UNKNOWN_CLUSTER`` for an id the application made."""
+    return message_id._cluster
+
+
+def received_in(message_id: MessageId, cluster: str | None) -> MessageId:
+    """``message_id``, marked as received in ``cluster``."""
+    message_id._cluster = cluster
+    return message_id
+
+
 class MessageId:
     """Position of a message in a topic: (ledger, entry[, batch index]) and the partition.
 
@@ -38,6 +54,7 @@ class MessageId:
     __slots__ = (
         "_batch_index",
         "_batch_size",
+        "_cluster",
         "_entry",
         "_first_chunk",
         "_ledger",
@@ -46,6 +63,7 @@ class MessageId:
     )
 
     earliest: ClassVar[MessageId]
+    _cluster: str | None
     latest: ClassVar[MessageId]
 
     def __init__(
@@ -69,6 +87,7 @@ class MessageId:
         self._batch_size = batch_size
         self._first_chunk = first_chunk
         self._topic: str | None = None
+        self._cluster = UNKNOWN_CLUSTER
 
     @classmethod
     def from_wire(
@@ -105,6 +124,7 @@ class MessageId:
         message_id._batch_size = batch_size
         message_id._first_chunk = None
         message_id._topic = None
+        message_id._cluster = UNKNOWN_CLUSTER
         return message_id
 
     @classmethod

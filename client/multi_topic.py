@@ -254,14 +254,29 @@ class AsyncMultiTopicConsumer:
             raise StopAsyncIteration from None
 
     def acknowledge(self, message: Message | MessageId) -> None:
-        self._owner(message).acknowledge(message)
+        """Acknowledge on the message's own topic.
+
+        Raises:
+            OperationNotSupported: an id naming no topic of this consumer (a send's id names
+                none), as the official.
+        """
+        self.route(message).acknowledge(message)
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
-        """Acknowledge up to this message on its own topic."""
-        self._owner(message).acknowledge_cumulative(message)
+        """Acknowledge up to this message on its own topic; errors as ``acknowledge``."""
+        self.route(message).acknowledge_cumulative(message)
 
     def negative_acknowledge(self, message: Message | MessageId) -> None:
-        self._owner(message).negative_acknowledge(message)
+        """Redeliver the message later; an id naming no topic of this consumer is ignored (as
+        the official multi-topic consumer, whose negative acknowledgement reports nothing)."""
+        self._check_open()
+        child = self._child_of(message)
+        if child is None:
+            logger.debug(
+                "%s: negative acknowledgement of %r ignored: no topic of it", self, message
+            )
+            return
+        child.negative_acknowledge(message)
 
     def redeliver_unacknowledged_messages(self) -> None:
         self._check_open()
@@ -348,18 +363,27 @@ class AsyncMultiTopicConsumer:
         if self._closed:
             raise AlreadyClosed(f"consumer on {self.topic()} is closed")
 
-    def _owner(self, message: Message | MessageId) -> AsyncConsumer:
+    def route(self, message: Message | MessageId) -> AsyncConsumer:
+        """The consumer of the topic ``message`` came from. Callable from any thread (the
+        blocking consumer checks here, so that its caller gets the error).
+
+        Raises:
+            AlreadyClosed: this consumer is closed.
+            OperationNotSupported: the message or id names no topic of this consumer, as the
+                official multi-topic consumer answers (a send's id names none).
+        """
         self._check_open()
-        topic = message.topic_name()
-        child = self._children.get(topic) if topic is not None else None
+        child = self._child_of(message)
         if child is None:
-            # OperationNotSupported, as the official multi-topic consumer answers an id that
-            # names no topic of it.
             raise OperationNotSupported(
                 f"{message!r} is not from a topic of this consumer (ids must come from its "
                 "messages, or MessageId.deserialize(data, topic))"
             )
         return child
+
+    def _child_of(self, message: Message | MessageId) -> AsyncConsumer | None:
+        topic = message.topic_name()
+        return self._children.get(topic) if topic is not None else None
 
     def __repr__(self) -> str:
         return f"<AsyncMultiTopicConsumer {self._subscription} on {self.topic()}>"

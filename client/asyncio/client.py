@@ -44,6 +44,7 @@ from client.message import Message
 from client.message_id import MessageId
 from client.producer import PayloadEncoder
 from client.routing import PartitionsRoutingMode
+from client.service_info.active import ServiceSource
 from protocol.enums import CompressionType, InitialPosition, ProducerAccessMode
 
 __all__ = ["Client"]
@@ -94,13 +95,16 @@ class Client:
     """The asyncio Pulsar client (``pulsar.asyncio.Client``).
 
     Args:
-        service_url: ``pulsar://host:port`` (or ``http://``, ``pulsar+ssl://``, ...).
+        service_url: ``pulsar://host:port`` (or ``http://``, ``pulsar+ssl://``, ...), or an
+            ``AutoClusterFailover`` / ``ServiceInfoProvider`` of ``client`` (as the official
+            takes ``pulsar``'s; this module exports neither, nor ``get_service_info``, as
+            ``pulsar.asyncio``).
         kwargs: the options of the blocking ``client.Client`` (``authentication``,
             ``operation_timeout_seconds``, TLS, ...), as the official one takes
             ``pulsar.Client``'s.
     """
 
-    def __init__(self, service_url: str, **kwargs: Any) -> None:
+    def __init__(self, service_url: ServiceSource, **kwargs: Any) -> None:
         with translated():
             self._client = AsyncClient(service_url, **kwargs)
         self._state = ClientState()
@@ -289,7 +293,8 @@ class Client:
         self._shut_down = True
         loop = self._loop
         if loop is None or loop.is_closed():
-            return  # nothing was ever opened
+            self._client.close_provider()  # nothing was ever opened but a provider's thread
+            return
         try:
             here = asyncio.get_running_loop()
         except RuntimeError:

@@ -28,7 +28,7 @@ from client.consumer.redelivery import RedeliveryTimers
 from client.dead_letter import DeadLetterSender
 from client.errors import CumulativeAcknowledgementNotAllowedError
 from client.message import Message
-from client.message_id import MessageId
+from client.message_id import UNKNOWN_CLUSTER, MessageId, cluster_of
 from protocol import commands
 from protocol.commands import AckIdentity
 from protocol.enums import AckType, SubType
@@ -97,6 +97,27 @@ class Acknowledger:
         self._dead_letter = dead_letter
         self._loop = asyncio.get_running_loop()
         self.redelivery = RedeliveryTimers(self._loop, self._on_due)
+        self._cluster: str | None = None  # ``Connection.cluster`` of the last subscription
+
+    def moved_to(self, cluster: str) -> str | None:
+        """The cluster left, when a subscription on a connection of ``cluster`` is on another
+        cluster than the last one (the client switched, ``client.service_info``); else None.
+        The acknowledgements not sent yet and the bookkeeping of the old cluster's messages are
+        then dropped: their ids name the old cluster's entries, and sent to the new one they
+        would acknowledge unrelated messages (the one at the same position, never delivered);
+        a message of the old cluster acknowledged later is dropped too (``_left``)."""
+        previous, self._cluster = self._cluster, cluster
+        if previous is None or previous == cluster:
+            return None
+        dropped = len(self._acks.take())
+        self._batches.clear()
+        self.redelivery.clear()
+        logger.warning(
+            "%s: on another cluster now: %d acknowledgements of the old one dropped",
+            self._consumer,
+            dropped,
+        )
+        return previous
 
     def handed_out(self, message: Message, message_id: MessageId) -> None:
         """``message`` reached the application (called when ``tracks_handouts``)."""
@@ -106,16 +127,25 @@ class Acknowledger:
             due = self._loop.time() + self._config.unacked_messages_timeout_ms / 1000
             self.redelivery.track_unacked(entry_key(message_id), due)
 
+    def _left(self, cluster: str | None) -> bool:
+        """Whether a message received in ``cluster`` came from a cluster the client has left
+        since: its acknowledgement is dropped (``moved_to``)."""
+        return cluster != self._cluster and cluster is not UNKNOWN_CLUSTER
+
     def acknowledge_message(self, message: Message) -> None:
         """``acknowledge(message.message_id())``, without making the id of a message of a
         batch (the consumer's hot path)."""
-        key, batch_index, batch_size = message.batch_position()
+        key, batch_index, batch_size, cluster = message.ack_position()
+        if cluster != self._cluster and self._left(cluster):
+            return
         if batch_index >= 0 and batch_size > 0:
             self._acknowledge_in_batch(key, batch_index, batch_size)
         else:
             self.acknowledge(message.message_id())
 
     def acknowledge(self, message_id: MessageId) -> None:
+        if self._left(cluster_of(message_id)):
+            return
         ledger, entry_id, batch_index, batch_size = message_id.position()
         key = (ledger, entry_id)
         if batch_index >= 0 and batch_size > 0:  # one message of a batch (PIP-54)
@@ -161,7 +191,9 @@ class Acknowledger:
             if item.__class__ is not Message:
                 acknowledge(id_of(item))
                 continue
-            key, batch_index, batch_size = item.batch_position()
+            key, batch_index, batch_size, cluster = item.ack_position()
+            if cluster != self._cluster and self._left(cluster):
+                continue
             if simple and batch_index >= 0 and batch_size > 0:
                 if not batch_ack(key, batch_index, batch_size):  # the entry is done
                     add(wire_entry(key))
@@ -177,6 +209,8 @@ class Acknowledger:
             raise CumulativeAcknowledgementNotAllowedError(
                 "cumulative acknowledgement is not allowed on Shared/Key_Shared subscriptions"
             )
+        if self._left(cluster_of(message_id)):
+            return  # through a position of another cluster: it would acknowledge unrelated ones
         key = entry_key(message_id)
         target: AckIdentity | None = wire_entry(key)
         batch_size = message_id.batch_size()
@@ -191,6 +225,8 @@ class Acknowledger:
             self._acks.write(commands.ack(self._consumer_id, [target], ack_type=AckType.Cumulative))
 
     def negative_acknowledge(self, message_id: MessageId) -> None:
+        if self._left(cluster_of(message_id)):
+            return  # the cluster it came from is left: nothing to redeliver here
         key = entry_key(message_id)
         due = self._loop.time() + self._config.negative_ack_redelivery_delay_ms / 1000
         first_chunk = message_id.first_chunk()

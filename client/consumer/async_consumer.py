@@ -255,8 +255,7 @@ class AsyncConsumer:
             raise NotConnected(f"consumer on {self._topic} is not connected")
         if not isinstance(target, (MessageId, int)):
             raise ValueError(f"invalid seek_arg type {type(target)}")
-        # Acknowledgements made before the seek reach the broker before it: sent after, they
-        # would acknowledge the messages the rewind is to deliver again.
+        # Acks made before the seek go first: after it, they would ack what it redelivers.
         self._acks.flush()
         if isinstance(target, MessageId):
             wire = target.wire
@@ -531,6 +530,9 @@ class AsyncConsumer:
         )
 
     async def _subscribe_on(self, cnx: Connection) -> None:
+        left = self._acknowledger.moved_to(cnx.cluster)
+        if left is not None:  # a reader resumes where it was on that cluster, or at its start
+            self._receiver.moved(left, cnx.cluster)
         cnx.register_consumer(self._consumer_id, self)
         self._creating_on = cnx
         try:

@@ -36,7 +36,7 @@ from client.consumer.policies import ConsumerCryptoFailureAction
 from client.consumer.receiver_queue import ReceiverQueue
 from client.crypto import EncryptionContext, MessageDecryptor
 from client.message import Message, ReceivedEntry
-from client.message_id import MessageId
+from client.message_id import UNKNOWN_CLUSTER, MessageId
 from protocol import (
     Frame,
     RemoteProtocolError,
@@ -138,6 +138,7 @@ class EntryDecoder:
     ) -> None:
         self._owner = owner
         self._topic = topic
+        self._cluster: str | None = UNKNOWN_CLUSTER  # of the last entry's connection
         # The partition index (-1: not a partition) that the ids of received messages carry.
         self._partition = TopicName.parse(topic, allow_non_persistent=True).partition
         self._consumer_id = consumer_id
@@ -202,6 +203,8 @@ class EntryDecoder:
             payload, undecrypted = decrypted
         cnx = self._connection()
         bound = cnx.max_message_size if cnx is not None else DEFAULT_MAX_MESSAGE_SIZE
+        # Where it was received: its acknowledgement is dropped on any other cluster.
+        self._cluster = cnx.cluster if cnx is not None else UNKNOWN_CLUSTER
         message_id: MessageId | None = None
         if metadata.num_chunks_from_msg and is_chunk(metadata):
             wire = WireMessageId(ledger, entry_id)
@@ -249,6 +252,7 @@ class EntryDecoder:
                 metadata,
                 redelivery_count=command.redelivery_count,
                 schema=self._schema,
+                cluster=self._cluster,
             )
             if command.redelivery_count > self.exhausted_after:
                 self._exhausted((ledger, entry_id), [message], 1)
@@ -284,7 +288,15 @@ class EntryDecoder:
         redelivery = command.redelivery_count
         start, partition = self.start, self._partition
         entry = ReceivedEntry(
-            self._topic, metadata, ledger, entry_id, count, partition, redelivery, self._schema
+            self._topic,
+            metadata,
+            ledger,
+            entry_id,
+            count,
+            partition,
+            redelivery,
+            self._schema,
+            self._cluster,
         )
         of_record = Message.of_record
         append = self._receiver.messages.append
@@ -363,6 +375,7 @@ class EntryDecoder:
             metadata,
             redelivery_count=command.redelivery_count,
             schema=self._schema,
+            cluster=self._cluster,
         )
         self._receiver.append(message)
         if count > 1:

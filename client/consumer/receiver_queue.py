@@ -35,6 +35,7 @@ class ReceiverQueue:
 
     __slots__ = (
         "_asked",
+        "_by_cluster",
         "_flow_threshold",
         "_is_open",
         "_last_taken",
@@ -69,6 +70,7 @@ class ReceiverQueue:
         # The last message handed out (a reader resumes after it); its id is made only when
         # asked for (``last_taken``), not once per message.
         self._last_taken: Message | None = None
+        self._by_cluster: dict[str, Message] = {}  # last taken on clusters left (``moved``)
         self._send_flow = send_flow
         self._is_open = is_open
         self._permits = 0  # consumed since the last FLOW
@@ -116,6 +118,14 @@ class ReceiverQueue:
 
     def forget_last_taken(self) -> None:
         self._last_taken = None
+
+    def moved(self, left: str, cluster: str) -> None:
+        """The consumer moved from cluster ``left`` to ``cluster`` (service URLs): the last
+        message taken is kept for a return to ``left``, and the one taken on ``cluster``, if
+        it was used before, is the last one again (ids of one cluster mean nothing on another)."""
+        if self._last_taken is not None:
+            self._by_cluster[left] = self._last_taken
+        self._last_taken = self._by_cluster.pop(cluster, None)
 
     def handed_out(self, message: Message) -> None:
         """A message left the queue for the application: it owes the broker one permit."""

@@ -15,9 +15,12 @@ from typing import Any
 
 from client.client import AsyncClient
 from client.consumer import ConsumerType, ReaderOptions, SubscribeOptions
+from client.multi_topic import AsyncMultiTopicConsumer
 from client.producer import AsyncProducer, ProducerOptions
+from client.service_info import ServiceInfo
 from client.signatures import arguments_of, same_parameters, takes
 from client.sync.consumer import BlockingSubscribeOptions, Consumer
+from client.sync.multi_topic_consumer import MultiTopicConsumer
 from client.sync.producer import Producer
 from client.sync.reader import BlockingReaderOptions, Reader
 from client.sync.runner import Runner
@@ -29,7 +32,8 @@ __all__ = ["Client"]
 class Client:
     """Blocking client (``pulsar.Client``'s API); safe to share between threads.
 
-    Takes the same arguments as ``AsyncClient``.
+    Takes the same arguments as ``AsyncClient`` (``service_url`` may be an
+    ``AutoClusterFailover`` or a ``ServiceInfoProvider``).
     """
 
     @same_parameters(AsyncClient.__init__)
@@ -76,6 +80,10 @@ class Client:
             self._async.subscribe(**arguments_of(options, SubscribeOptions))
         )
         shared = int(options.consumer_type) in (ConsumerType.Shared, ConsumerType.Key_Shared)
+        if isinstance(consumer, AsyncMultiTopicConsumer):
+            return MultiTopicConsumer(
+                self._runner, consumer, options.message_listener, shared=shared
+            )
         return Consumer(self._runner, consumer, options.message_listener, shared=shared)
 
     @takes(BlockingReaderOptions, placed={"reader_listener": 3})
@@ -99,6 +107,11 @@ class Client:
     def get_topics_of_namespace(self, *args: Any, **kwargs: Any) -> list[str]:
         """The topics of ``tenant/namespace`` (partitions by their ``-partition-N`` names)."""
         return self._runner.run(self._async.get_topics_of_namespace(*args, **kwargs))
+
+    def get_service_info(self) -> ServiceInfo:
+        """The cluster this client uses now: the service URL given, or the ``ServiceInfo`` its
+        ``AutoClusterFailover`` / ``ServiceInfoProvider`` announced last."""
+        return self._async.get_service_info()
 
     def close(self) -> None:
         """Close producers and connections, then stop the loop thread; idempotent.

@@ -169,3 +169,32 @@ async def test_seek_moves_every_topic_or_the_topic_of_the_id(running: BrokerThre
         with pytest.raises(InvalidConfiguration):
             await consumer.seek(MessageId(-1, 1, 2))
         await consumer.close()
+
+
+async def test_an_id_naming_no_topic_of_it_is_refused_or_ignored_as_the_official(
+    running: BrokerThread,
+) -> None:
+    """A send's id names no topic: acknowledging it raises OperationNotSupported (cumulative
+    too, before any cumulative-ack rule), negatively acknowledging it does nothing."""
+    topic = f"{NAMESPACE}/unroutable-{uuid.uuid4().hex[:8]}"
+    async with AsyncClient(running.url) as client:
+        producer = await client.create_producer(topic)
+        send_id = await producer.send(b"m")
+        consumer = await client.subscribe(
+            [topic, topic + "-b"],
+            "sub",
+            consumer_type=ConsumerType.Shared,
+            initial_position=EARLIEST,
+            negative_ack_redelivery_delay_ms=100,
+        )
+        with pytest.raises(OperationNotSupported):
+            consumer.acknowledge(send_id)
+        with pytest.raises(OperationNotSupported):
+            consumer.acknowledge_cumulative(send_id)
+        consumer.negative_acknowledge(send_id)  # ignored
+        message = await consumer.receive(5000)
+        consumer.negative_acknowledge(message)  # routed: the message comes again
+        again = await consumer.receive(5000)
+        assert again.message_id() == message.message_id()
+        assert again.redelivery_count() == 1
+        await consumer.close()

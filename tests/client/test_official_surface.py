@@ -25,10 +25,6 @@ _NOT_API = {"Callable", "List", "Optional", "Tuple", "Union", "logging", "re", "
 
 # Official names we have no counterpart for yet, each with the issue that would bring it.
 _NOT_YET = {
-    # Cluster failover (several service URLs switched at run time): not implemented.
-    "AutoClusterFailover",
-    "ServiceInfo",
-    "ServiceInfoProvider",
     # Pulsar Functions (the ``functions`` runtime's classes): not part of a client.
     "Context",
     "Function",
