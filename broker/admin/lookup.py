@@ -3,7 +3,9 @@
 A client given ``http://host:port`` as its service URL asks here which broker serves a topic
 (after ``GET .../partitions`` for the partition count), then connects to the binary port. One
 broker serves everything (standalone), so the answer is this broker's URLs (in cluster mode: the
-owner's, or a 307 to the broker that should own it), as Pulsar's ``LookupData``.
+owner's, or a 307 to the broker that should own it: to its ``https://`` URL when the lookup
+came over TLS), as Pulsar's ``LookupData``. The answer carries both binary URLs
+(``brokerUrl``, ``brokerUrlTls``), as Pulsar's: the client picks the one of its scheme.
 Only ``persistent`` topics exist here: any other domain is refused as the binary lookup does.
 """
 
@@ -18,6 +20,7 @@ from broker.admin.common import (
     service_of,
     topic_in_namespace,
 )
+from broker.cluster.http import web_url_for
 
 
 async def lookup_topic(request: web.Request) -> web.Response:
@@ -35,7 +38,7 @@ async def lookup_topic(request: web.Request) -> web.Response:
         owner = answer.broker
         if answer.redirect:
             url = request.rel_url.update_query({"authoritative": "true"})
-            raise web.HTTPTemporaryRedirect((owner.web_url or owner.web_url_tls) + str(url))
+            raise web.HTTPTemporaryRedirect(web_url_for(request, owner) + str(url))
         return _lookup_data(
             owner.service_url, owner.service_url_tls, owner.web_url, owner.web_url_tls
         )

@@ -11,6 +11,11 @@
   lookup places it on the destination, else on another live broker than the former owner.
 * ``GET /admin/v2/brokers/{cluster}``: the live brokers' ids.
 
+Every 307 goes to the target's ``https://`` URL when the request came over TLS (Pulsar's
+``isRequestHttps()``), else to its ``http://`` one: a client that chose TLS, and sends its
+credentials over it, is never sent to plain text (no TLS URL: 412, as Pulsar answers). A plain
+request goes to the plain URL, or to the TLS one of a broker without a plain web port.
+
 Standalone, none of this redirects; a bundle unload unloads the loaded topics of the range.
 """
 
@@ -29,11 +34,23 @@ from broker.admin.common import (
     topic_in_namespace,
 )
 from broker.cluster.bundles import FULL_UPPER_BOUND, bundle_of, bundles_of, parse_bundle_range
+from broker.cluster.membership import BrokerInfo
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _TOPIC_ROUTE = "/admin/v2/persistent/{tenant}/{ns}/{topic}"
 _SHARED_SUFFIXES = ("/partitions", "/partitioned-stats")
+
+
+def web_url_for(request: web.Request, broker: BrokerInfo) -> str:
+    """Where to send ``request`` on ``broker``: its TLS web URL if the request came over TLS."""
+    if request.secure:
+        if not broker.web_url_tls:
+            raise AdminError(
+                412, f"broker {broker.broker_id} has no TLS web service URL to redirect to"
+            )
+        return broker.web_url_tls
+    return broker.web_url or broker.web_url_tls
 
 
 @web.middleware
@@ -54,7 +71,7 @@ async def owner_redirect(request: web.Request, handler: Handler) -> web.StreamRe
     answer = await cluster.lookup(topic, authoritative)
     if answer.broker.broker_id == cluster.me.broker_id:
         return await handler(request)
-    target = answer.broker.web_url or answer.broker.web_url_tls
+    target = web_url_for(request, answer.broker)
     url = request.rel_url.update_query({"authoritative": "true"}) if answer.redirect else None
     raise web.HTTPTemporaryRedirect(target + str(url or request.rel_url))
 
@@ -93,7 +110,7 @@ async def unload_bundle(request: web.Request) -> web.Response:
     found = await cluster.owner_of(bundle)
     if found is None or found[0].broker_id == cluster.me.broker_id:
         return no_content()  # nobody owns it: nothing to unload (Pulsar answers 204 too)
-    raise web.HTTPTemporaryRedirect(found[0].web_url + str(request.rel_url))
+    raise web.HTTPTemporaryRedirect(web_url_for(request, found[0]) + str(request.rel_url))
 
 
 async def list_brokers(request: web.Request) -> web.Response:
