@@ -4,8 +4,9 @@ The same fuzzer and invariants as ``tests/integration/test_session_fuzz.py`` (re
 run longer and with a fresh random seed unless one is given. The broker runs in-process on its
 own thread (uvloop), so its exception handler and logs can be watched. Prints one JSON object:
 frames/s, the problems found (exception-handler calls, ERROR logs, wire anomalies), resident
-memory growth, what fuzzing connections left behind, and the healthy producer's throughput
-before and during the fuzzing.
+memory growth, what fuzzing connections left behind, the healthy producer's throughput before
+and during the fuzzing, and the longest gap of the broker's loop (heavy shapes of issue #24
+included; the fuzzing client shares the broker's process and GIL, so this is an upper bound).
 
     .venv/bin/python bench/bench_session_fuzz.py [--frames 200000] [--seed N] [--connections 4]
 """
@@ -26,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.broker_watch import HealthyPair, LoopWatch, rss_bytes
+from tests.heavy_sends import LoopGap
 from tests.helpers import BrokerThread, wait_until
 from tests.integration.test_session_fuzz import StallMeter, fuzz_config, leftovers
 from tests.session_fuzzer import run_session_fuzz
@@ -78,6 +80,8 @@ def main() -> None:
                 rss_before = rss_bytes()
                 meter = StallMeter(healthy)
                 quarters = RssByQuarter(args.frames, meter, rss_before)
+                assert broker.loop is not None
+                loop_gap = LoopGap(broker.loop)
                 report = asyncio.run(
                     run_session_fuzz(
                         "127.0.0.1",
@@ -92,6 +96,7 @@ def main() -> None:
                     )
                 )
                 during = (healthy.progress()[0] - acked_before) / report.seconds
+                worst_loop_gap = loop_gap.stop()
                 gc.collect()
                 rss_growth = rss_bytes() - rss_before
                 wait_until(lambda: leftovers(broker, healthy.topic)["open_connections"] == 1, 30)
@@ -116,6 +121,11 @@ def main() -> None:
                 "healthy_msgs_s_before": round(baseline),
                 "healthy_msgs_s_during": round(during),
                 "healthy_longest_stall_s": round(meter.longest, 3),
+                "longest_loop_gap_ms": round(worst_loop_gap * 1000, 1),
+                "heavy_shapes_sent": {
+                    kind: report.sent_by_label[kind]
+                    for kind in ("LARGE_BATCH", "ZSTD_BOMB", "CHUNK_FLOOD", "ACK_FLOOD")
+                },
                 "closed_by_broker": report.closed_by_broker,
                 "reconnects": report.reconnects,
                 "unanswered": summary["unanswered"],

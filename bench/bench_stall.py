@@ -10,11 +10,14 @@ flood needs) serves three things at once while each shape is sent:
 
 Shapes: ``large_batch`` (a 4 MiB batch of empty records below the dedup high-water mark),
 ``zstd_bomb`` (an 851-byte zstd batch declaring 8 MiB of records, with an idempotency key),
-``chunk_flood`` (thousands of small chunks in one write), ``schema_flood`` (hundreds of
-PRODUCERs with distinct schemas in one write), ``connect_flood`` (31 CONNECTs with wrong
-basic-auth passwords in one write). For each: the worst health-check latency and receipt gap
-seen while it was in flight (from the shape's first byte until its answers and 0.3 s more),
-and how long the shape's own answers took. One JSON object on stdout.
+``chunk_flood`` (thousands of small chunks in one write), ``schema_flood`` (hundreds of PRODUCERs
+with distinct schemas in one write), ``connect_flood`` (31 CONNECTs with wrong basic-auth passwords
+in one write), ``producer_flood`` / ``subscribe_flood`` / ``lookup_flood`` (1000 PRODUCERs, 1000
+SUBSCRIBEs, 4000 LOOKUPs in one write), ``ack_flood`` / ``redeliver_flood`` (one ACK or
+REDELIVER_UNACKNOWLEDGED_MESSAGES naming 100,000 message ids) and ``flow_backlog`` (one FLOW of a
+million permits on a subscription 20,000 entries behind). For each: the worst health-check latency
+and receipt gap seen while it was in flight (from the shape's first byte until its answers and 0.3
+s more), and how long the shape's own answers took. One JSON object on stdout.
 
 The health check stands in for the event loop: it is answered on the loop, so its worst
 latency is at least the longest time the loop was busy (plus its ~1-2 ms own cost).
@@ -50,6 +53,7 @@ from passlib.hash import bcrypt
 
 from protocol import commands, pb
 from protocol.framing import FrameDecoder
+from protocol.ids import MessageId
 from tests import helpers
 from tests.heavy_sends import chunk, empty_record_batch, zstd_key_bomb
 
@@ -57,7 +61,19 @@ T = pb.BaseCommand.Type
 USER, PASSWORD = "bench", "bench-pw"
 PROBE_INTERVAL_S = 0.005
 SETTLE_S = 0.3
-SHAPES = ("large_batch", "zstd_bomb", "chunk_flood", "schema_flood", "connect_flood")
+SHAPES = (
+    "large_batch",
+    "zstd_bomb",
+    "chunk_flood",
+    "schema_flood",
+    "connect_flood",
+    "producer_flood",
+    "subscribe_flood",
+    "lookup_flood",
+    "ack_flood",
+    "redeliver_flood",
+    "flow_backlog",
+)
 TOPIC = "persistent://public/default/stall-"
 
 
@@ -293,6 +309,100 @@ async def connect_flood(port: int, round_no: int, connects: int = 31) -> Fire:
     return fire
 
 
+async def request_flood(
+    port: int, frames: list[bytes], replies: tuple[int, ...], what: str
+) -> Fire:
+    """Many requests in one write, answered each by one of ``replies``."""
+    wire = Wire()
+    await wire.open(port, good_auth())
+    payload = b"".join(frames)
+
+    async def fire() -> str:
+        wire.write(payload)
+        await wire.wait(lambda: wire.count(*replies) >= len(frames), 120)
+        wire.close()
+        return f"{wire.count(*replies)} answers to {len(frames)} {what} in one write"
+
+    return fire
+
+
+async def producer_flood(port: int, round_no: int, producers: int = 1000) -> Fire:
+    topic = f"{TOPIC}producer-flood-{round_no}-"
+    frames = [commands.producer(f"{topic}{i % 8}", i + 1, i + 1) for i in range(producers)]
+    return await request_flood(port, frames, (T.PRODUCER_SUCCESS, T.ERROR), "PRODUCERs")
+
+
+async def subscribe_flood(port: int, round_no: int, consumers: int = 1000) -> Fire:
+    topic = f"{TOPIC}subscribe-flood-{round_no}-"
+    frames = [
+        commands.subscribe(f"{topic}{i % 8}", f"s{i}", i + 1, i + 1, pb.CommandSubscribe.Shared)
+        for i in range(consumers)
+    ]
+    return await request_flood(port, frames, (T.SUCCESS, T.ERROR), "SUBSCRIBEs")
+
+
+async def lookup_flood(port: int, round_no: int, lookups: int = 4000) -> Fire:
+    topic = f"{TOPIC}lookup-flood-{round_no}-"
+    frames = [commands.lookup(f"{topic}{i}", i + 1) for i in range(lookups)]
+    return await request_flood(port, frames, (T.LOOKUP_RESPONSE,), "LOOKUPs")
+
+
+async def subscribed(port: int, topic: str) -> Wire:
+    wire = Wire()
+    await wire.open(port, good_auth())
+    wire.write(commands.subscribe(topic, "sub", 1, 1, pb.CommandSubscribe.Shared))
+    if not await wire.wait(lambda: wire.count(T.SUCCESS) > 0, 30):
+        raise RuntimeError(f"no SUBSCRIBE SUCCESS on {topic}: {wire.frames[-1:]}")
+    return wire
+
+
+async def ack_flood(port: int, round_no: int, ids: int = 100_000) -> Fire:
+    wire = await subscribed(port, f"{TOPIC}ack-flood")
+    frame = commands.ack(1, [MessageId(0, i) for i in range(ids)], request_id=2)
+
+    async def fire() -> str:
+        wire.write(frame)
+        await wire.wait(lambda: wire.count(T.ACK_RESPONSE) > 0, 120)
+        wire.close()
+        return f"{wire.count(T.ACK_RESPONSE)} ACK_RESPONSE to {ids} ids ({len(frame)} bytes)"
+
+    return fire
+
+
+async def redeliver_flood(port: int, round_no: int, ids: int = 100_000) -> Fire:
+    wire = await subscribed(port, f"{TOPIC}redeliver-flood")
+    frame = commands.redeliver_unacknowledged_messages(1, [MessageId(0, i) for i in range(ids)])
+
+    async def fire() -> str:
+        wire.write(frame + commands.ping())  # the PONG comes after the whole REDELIVER
+        await wire.wait(lambda: wire.count(T.PONG) > 0, 120)
+        wire.close()
+        return f"PONG after {ids} ids ({len(frame)} bytes)"
+
+    return fire
+
+
+async def flow_backlog(port: int, round_no: int, entries: int = 20_000) -> Fire:
+    topic = f"{TOPIC}backlog-{round_no}"
+    consumer = await subscribed(port, topic)  # the subscription exists before the backlog
+    producer = await new_producer(port, topic, f"backlog-{round_no}")
+    producer.write(
+        b"".join(
+            commands.send(1, i, probe_entry_named(f"backlog-{round_no}", i)) for i in range(entries)
+        )
+    )
+    await producer.wait(lambda: answers(producer) >= entries, 120)
+    producer.close()
+
+    async def fire() -> str:
+        consumer.write(commands.flow(1, 1 << 20))
+        await consumer.wait(lambda: consumer.count(T.MESSAGE) >= entries, 120)
+        consumer.close()
+        return f"{consumer.count(T.MESSAGE)} of {entries} messages dispatched"
+
+    return fire
+
+
 def probe_entry_named(name: str, sequence_id: int) -> bytes:
     metadata = pb.MessageMetadata(producer_name=name, sequence_id=sequence_id, publish_time=1)
     header = metadata.SerializeToString()
@@ -318,6 +428,12 @@ BUILDERS: dict[str, Callable[[int, int], Awaitable[Fire]]] = {
     "chunk_flood": chunk_flood,
     "schema_flood": schema_flood,
     "connect_flood": connect_flood,
+    "producer_flood": producer_flood,
+    "subscribe_flood": subscribe_flood,
+    "lookup_flood": lookup_flood,
+    "ack_flood": ack_flood,
+    "redeliver_flood": redeliver_flood,
+    "flow_backlog": flow_backlog,
 }
 
 

@@ -2,10 +2,16 @@
 
 Shared by the stall benchmark (``bench/bench_stall.py``), the session fuzzer and the publish
 path's tests, so all three send the same bytes. Each builder returns a whole entry
-(``[metadataSize][MessageMetadata][payload]``); none does any I/O.
+(``[metadataSize][MessageMetadata][payload]``); none does any I/O. ``TurnSampler`` watches how
+much a broker does per turn of its loop, ``LoopGap`` the longest time its loop was busy.
 """
 
 from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
 
 from protocol import pb
 from protocol.batch import SingleMessage, encode_batch
@@ -80,3 +86,68 @@ def chunk(
         total_chunk_msg_size=num_chunks * len(data),
     )
     return encode_entry(metadata, data)
+
+
+class TurnSampler:
+    """Reads a number once per turn of a broker's event loop (a callback that re-schedules
+    itself with ``call_soon`` runs once per turn) and keeps the largest change between two
+    consecutive turns: the most work of that kind done in one turn."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, read: Callable[[], int]) -> None:
+        self.largest_step = 0
+        self.turns = 0
+        self._loop = loop
+        self._read = read
+        self._last: int | None = None
+        self._stopping = False
+        self._stopped = threading.Event()
+        self._error: BaseException | None = None
+        loop.call_soon_threadsafe(self._tick)
+
+    def _tick(self) -> None:
+        try:
+            value = self._read()
+        except Exception as exc:  # reported by stop(), in the test's thread
+            self._error = exc
+            self._stopped.set()
+            return
+        if self._last is not None:
+            self.largest_step = max(self.largest_step, abs(value - self._last))
+        self._last = value
+        self.turns += 1
+        if self._stopping:
+            self._stopped.set()
+        else:
+            self._loop.call_soon(self._tick)
+
+    def stop(self) -> int:
+        """Stop sampling; the largest step seen (raises what reading raised)."""
+        self._stopping = True
+        assert self._stopped.wait(10), "the broker loop stopped turning"
+        if self._error is not None:
+            raise self._error
+        return self.largest_step
+
+
+class LoopGap:
+    """Runs on a broker's loop: the longest time between two of its 5 ms wake-ups, which is at
+    least the longest time something else kept the loop busy."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.worst = 0.0
+        self._stop = False
+        self._task = asyncio.run_coroutine_threadsafe(self._sample(), loop)
+
+    async def _sample(self) -> None:
+        last = time.monotonic()
+        while not self._stop:
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+            self.worst = max(self.worst, now - last)
+            last = now
+
+    def stop(self) -> float:
+        """Stop sampling; the longest gap seen, in seconds."""
+        self._stop = True
+        self._task.result(10)
+        return self.worst

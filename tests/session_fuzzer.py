@@ -4,7 +4,8 @@ Two halves:
 
 * ``SessionScript`` turns a seed into an endless, deterministic stream of ``Step``s for one
   connection: frames built with ``protocol.commands`` (and, for a share of them, any handled
-  command with every field drawn at random from its protobuf descriptor), plus "wait for the
+  command with every field drawn at random from its protobuf descriptor, and now and then one
+  of the heavy shapes of issue #24, ``tests/heavy_sends.py``), plus "wait for the
   reply to request N", "reconnect", "admin" (topic unload, stats, dedup on/off, delete over
   HTTP, in the middle of the traffic) and "yield". The stream depends only on the seed, never
   on what the broker answers, so a seed replays the same frames (only the interleaving of the
@@ -47,6 +48,7 @@ from protocol.framing import (
     encode_payload_command,
 )
 from protocol.ids import MessageId, from_u64
+from tests.heavy_sends import chunk, empty_record_batch, zstd_key_bomb
 
 T = pb.BaseCommand.Type
 U64 = 1 << 64
@@ -212,6 +214,7 @@ class SessionScript:
             (self._reconnect, 0.6),
             (self._admin, 0.4),
             (self._protocol_violation, 0.2),
+            (self._heavy, 0.25),
             (self._yield, 2),
         )
         self._choices = [a for a, _ in self._actions]
@@ -568,6 +571,46 @@ class SessionScript:
         schema.type = rng.choice((0, 1, 2, 4, 20))
         schema.schema_data = rng.randbytes(rng.randint(0, 64))
         yield Step("frame", encode_command(cmd), "GET_OR_CREATE_SCHEMA")
+
+    # -------------------------------------------------------------- heavy shapes (issue #24)
+
+    def _heavy(self) -> Iterator[Step]:
+        """One request that once kept the broker's loop busy for seconds; it must now cost a
+        bounded time per turn (the caller watches the loop's longest gap)."""
+        rng = self.rng
+        producer_id = self._pick_id(self._producer_ids)
+        name = self._producer_names.get(producer_id) or rng.choice(self.pools.producer_names)
+        kind = rng.choice(("LARGE_BATCH", "ZSTD_BOMB", "CHUNK_FLOOD", "ACK_FLOOD"))
+        if kind == "LARGE_BATCH":
+            # At or below the producer's high-water mark once it sent anything: dedup's rare path.
+            sequence_id = rng.randrange(self._sequences[producer_id] + 1)
+            entry, count = empty_record_batch(name, sequence_id, rng.choice((64 << 10, 1 << 20)))
+            data = commands.send(producer_id, sequence_id, entry, num_messages=count)
+        elif kind == "ZSTD_BOMB":
+            sequence_id = self._sequence_id(producer_id)
+            key = f"bomb-{rng.randrange(1 << 32):x}"
+            declared = rng.choice((1 << 20, 8 << 20))  # below and above maxMessageSize
+            entry, count = zstd_key_bomb(name, sequence_id, key, declared)
+            data = commands.send(producer_id, sequence_id, entry, num_messages=count)
+        elif kind == "CHUNK_FLOOD":
+            sequence_id = self._sequence_id(producer_id)
+            uuid = f"flood-{rng.randrange(1 << 32):x}"
+            chunks = rng.choice((50, 1000))
+            data = b"".join(
+                commands.send(
+                    producer_id,
+                    sequence_id,
+                    chunk(name, sequence_id, uuid, i, chunks, b"c" * 64),
+                    is_chunk=True,
+                )
+                for i in range(chunks)
+            )
+        else:
+            ids = [self._message_id() for _ in range(rng.choice((1000, 5000)))]
+            data = commands.ack(
+                self._pick_id(self._consumer_ids), ids, request_id=self._request_id()
+            )
+        yield Step("frame", data, kind)
 
     def _ping(self) -> Iterator[Step]:
         if self.rng.random() < 0.5:

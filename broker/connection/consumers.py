@@ -7,7 +7,7 @@ out only through its ``ServerConnection``, whose write buffer gives the back-pre
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,6 +17,7 @@ from broker.dispatch.subscription import Subscription
 from broker.errors import (
     BrokerError,
     ConsumerBusy,
+    ConsumerNotFound,
     MetadataError,
     NotAllowed,
     ServiceNotReady,
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
     from broker.topics.topic import Topic
 
 T = pb.BaseCommand.Type
+#: Message ids of one ACK or REDELIVER handled per turn of the loop (~3 ms, issue #24): a
+#: client's ack group is ~1000 ids, but one frame may carry 600,000 (~2 s of work).
+IDS_PER_TURN = 1000
 
 
 @dataclass(eq=False)
@@ -199,35 +203,82 @@ class ConsumerEndpoint:
                     )
                 )
             return
-        try:
-            if int(cmd.ack_type) == AckType.Cumulative:
+
+        def answer(error: BrokerError | None) -> None:
+            if not has_request:
+                return
+            if error is None:
+                self._conn.write(commands.ack_response(cmd.consumer_id, cmd.request_id))
+                return
+            code, message = to_wire(error)
+            self._conn.write(
+                commands.ack_response(cmd.consumer_id, cmd.request_id, error=code, message=message)
+            )
+
+        if int(cmd.ack_type) == AckType.Cumulative:
+            try:
                 if cmd.message_id:
                     last = cmd.message_id[-1]
                     state.subscription.acknowledge_cumulative(
                         state.consumer, _position(last), list(last.ack_set) or None
                     )
-            else:
-                acks = [(_position(m), list(m.ack_set) or None) for m in cmd.message_id]
-                state.subscription.acknowledge(state.consumer, acks)
-        except BrokerError as exc:
-            if has_request:
-                code, message = to_wire(exc)
-                self._conn.write(
-                    commands.ack_response(
-                        cmd.consumer_id, cmd.request_id, error=code, message=message
-                    )
-                )
+            except BrokerError as exc:
+                answer(exc)
+                return
+            answer(None)
             return
-        if has_request:
-            self._conn.write(commands.ack_response(cmd.consumer_id, cmd.request_id))
+
+        def acknowledge(part: list[pb.MessageIdData]) -> None:
+            acks = [(_position(m), list(m.ack_set) or None) for m in part]
+            state.subscription.acknowledge(state.consumer, acks)
+
+        self._in_turns(cmd.consumer_id, state, cmd.message_id, acknowledge, answer)
 
     def on_redeliver_unacknowledged_messages(self, frame: Frame) -> None:
         cmd = frame.command.redeliverUnacknowledgedMessages
         state = self._consumers.get(cmd.consumer_id)
         if state is None:
             return
-        positions = [_position(m) for m in cmd.message_ids] if cmd.message_ids else None
-        state.subscription.redeliver(state.consumer, positions)
+        if not cmd.message_ids:
+            state.subscription.redeliver(state.consumer, None)  # all of them
+            return
+
+        def redeliver(part: list[pb.MessageIdData]) -> None:
+            state.subscription.redeliver(state.consumer, [_position(m) for m in part])
+
+        self._in_turns(cmd.consumer_id, state, cmd.message_ids, redeliver, lambda _error: None)
+
+    def _in_turns(
+        self,
+        consumer_id: int,
+        state: _ConsumerState,
+        ids: Sequence[pb.MessageIdData],
+        apply: Callable[[list[pb.MessageIdData]], None],
+        done: Callable[[BrokerError | None], None],
+    ) -> None:
+        """``apply`` the ids ``IDS_PER_TURN`` at a time, one part per turn of the loop (the
+        connection decodes nothing else meanwhile), then ``done``: with the first error, or
+        ``ConsumerNotFound`` if the consumer went away between two parts."""
+        start = 0
+
+        def step() -> bool:
+            nonlocal start
+            if self._consumers.get(consumer_id) is not state:
+                done(ConsumerNotFound("Consumer not found"))
+                return True
+            try:
+                apply(list(ids[start : start + IDS_PER_TURN]))
+            except BrokerError as exc:
+                done(exc)
+                return True
+            start += IDS_PER_TURN
+            if start < len(ids):
+                return False
+            done(None)
+            return True
+
+        if not step():
+            self._conn.finish_in_turns(step)
 
     def on_seek(self, frame: Frame) -> None:
         cmd = frame.command.seek

@@ -13,7 +13,13 @@ Rules (h11/h2 style, see aesthetics §2):
 3. The read loop never waits for a durable write: SEND hands the entry to the topic and goes on
    with the next frame; receipts go out in SEND order per producer when the group commit is done.
    Past ``maxPendingPublishRequestsPerConnection`` in-flight SENDs, reading pauses.
-4. Domain errors (``BrokerError``) become ERROR / SEND_ERROR frames in exactly one place
+4. One turn of the loop decodes at most ``FRAMES_PER_TURN`` frames, ``REQUESTS_PER_TURN`` requests
+   or ``DECODE_SECONDS_PER_TURN`` of work (issue #24): a 256 KiB read of small SENDs is ~1600
+   frames, ~16 ms of handlers, and every other connection, timer and HTTP request would wait for
+   all of them. Past the budget the connection stops reading and decodes the rest of what it
+   holds in the next turn, in order; reading resumes once nothing is left over
+   (``_continue_decoding``).
+5. Domain errors (``BrokerError``) become ERROR / SEND_ERROR frames in exactly one place
    (``broker.errors.to_wire``).
 """
 
@@ -50,6 +56,14 @@ _refusal_log = RateLimitedLog(log, limit=5, interval=60.0)
 
 SERVER_VERSION = "Magnetar 0.1.0 (Pulsar 4.0 protocol)"
 MAX_PROTOCOL_VERSION = 20
+#: The decode budget of one connection in one turn of the loop (rule 4): enough frames that a
+#: pipelining producer pays the pause/resume of its socket rarely (~2.5 ms of SENDs), few
+#: enough that its handlers (and the tasks they start, which run in the next turn) stay short.
+FRAMES_PER_TURN = 256
+DECODE_SECONDS_PER_TURN = 0.002
+#: Requests (PRODUCER, SUBSCRIBE, LOOKUP, ...) started per turn: each is a task whose first
+#: step runs in the next turn, ~50-150 us each, so 256 of them would make that turn long.
+REQUESTS_PER_TURN = 32
 T = pb.BaseCommand.Type
 
 
@@ -79,7 +93,16 @@ class ServerConnection(asyncio.Protocol):
         self._dispatch_deferred = False
         self._flush_scheduled = False
         self._writable = True
+        # Reading is paused for two independent reasons: one asked for through pause_reading
+        # (publish back-pressure, a CONNECT being checked or refused) and the decode budget
+        # (frames left over for the next turn). The socket reads only when neither holds.
         self.reading_paused = False
+        self._backlog: asyncio.Handle | None = None  # the next turn's decode, when scheduled
+        self._unfinished: Callable[[], bool] | None = None  # a frame handled over many turns
+        self._spawned = 0  # tasks started by the frames of this turn
+        self._socket_paused = False
+        #: Frames decoded so far (a counter for tests and stats: cheap, never reset).
+        self.frames_received = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._frame_seen = True
         self._alive_waiters: list[asyncio.Future[None]] = []
@@ -183,23 +206,62 @@ class ServerConnection(asyncio.Protocol):
         except ProtocolError as exc:
             self._close_for_bad_input(str(exc))
             return
-        if not self._connecting:  # else the frames wait for the CONNECT's outcome
+        # Else the frames wait for the CONNECT's outcome, or for the turn that decodes the
+        # frames left over from the last one (they come first: order is kept).
+        if not self._connecting and self._backlog is None:
             self._decode_frames()
 
     def _decode_frames(self) -> None:
-        decoded = False
+        """Dispatch the complete frames buffered, within this turn's budget (rule 4)."""
+        decoded = self._spawned = 0
+        deadline = time.perf_counter() + DECODE_SECONDS_PER_TURN
         try:
             for frame in self._decoder:
                 # Liveness is a whole frame, as in Java (PulsarHandler.messageReceived): a peer
                 # dribbling the bytes of a frame it never finishes is not alive (slowloris).
-                decoded = self._frame_seen = True
+                decoded += 1
+                self._frame_seen = True
                 self._dispatch(frame)
                 if self._closing or self._refused or self._connecting:
                     break
+                if (
+                    self._unfinished is not None
+                    or decoded >= FRAMES_PER_TURN
+                    or self._spawned >= REQUESTS_PER_TURN
+                    or time.perf_counter() >= deadline
+                ):
+                    self._defer_decoding()
+                    break
         except ProtocolError as exc:
             self._close_for_bad_input(str(exc))
+        self.frames_received += decoded
         if decoded:
             self._wake_alive_waiters()
+
+    def _defer_decoding(self) -> None:
+        """The budget is spent: read nothing more, decode what is buffered in the next turn."""
+        self._backlog = self._loop.call_soon(self._continue_decoding)
+        self._sync_reading()
+
+    def _continue_decoding(self) -> None:
+        self._backlog = None
+        if self._closing or self._refused:
+            return  # a refusal drops what is buffered; a close reads nothing more
+        step = self._unfinished
+        if step is not None:
+            if step():
+                self._unfinished = None
+            self._defer_decoding()  # its next part, or the frames behind it, in the next turn
+            return
+        if not self._connecting:
+            self._decode_frames()
+        self._sync_reading()
+
+    def finish_in_turns(self, step: Callable[[], bool]) -> None:
+        """The frame being handled needs more than this turn (a huge ACK): call ``step`` once
+        in each later turn, before this connection decodes anything else, until it returns
+        True (finished). Frames behind it wait, so they still see its whole effect."""
+        self._unfinished = step
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
@@ -208,6 +270,10 @@ class ServerConnection(asyncio.Protocol):
         self._service.connection_limiter.release(self._peer_ip)
         for timer in self._timers:
             timer.cancel()
+        if self._backlog is not None:
+            self._backlog.cancel()
+            self._backlog = None
+        self._unfinished = None
         self.auth.connection_lost()
         for waiter in self._alive_waiters:
             if not waiter.done():
@@ -331,6 +397,7 @@ class ServerConnection(asyncio.Protocol):
 
     def spawn(self, coro: Awaitable[None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._spawned += 1
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
 
@@ -381,7 +448,8 @@ class ServerConnection(asyncio.Protocol):
             return
         self._accept_connect()
         self.resume_reading()
-        self._decode_frames()  # whatever arrived behind the CONNECT
+        if self._backlog is None:  # else that turn comes first and decodes them, in order
+            self._decode_frames()  # whatever arrived behind the CONNECT
 
     def _accept_connect(self) -> None:
         self._connected = True
@@ -418,13 +486,25 @@ class ServerConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ flow control
 
     def pause_reading(self) -> None:
-        if not self.reading_paused and self._transport is not None:
+        """Read nothing until ``resume_reading`` (frames already read are still decoded)."""
+        if not self.reading_paused:
             self.reading_paused = True
-            self._transport.pause_reading()
+            self._sync_reading()
 
     def resume_reading(self) -> None:
-        if self.reading_paused and self._transport is not None and not self._closing:
+        if self.reading_paused and not self._closing:
             self.reading_paused = False
+            self._sync_reading()
+
+    def _sync_reading(self) -> None:
+        """Pause or resume the socket: it reads only when no reason to pause holds."""
+        paused = self.reading_paused or self._backlog is not None
+        if paused == self._socket_paused or self._transport is None or self._closing:
+            return
+        self._socket_paused = paused
+        if paused:
+            self._transport.pause_reading()
+        else:
             self._transport.resume_reading()
 
     def is_writable(self) -> bool:

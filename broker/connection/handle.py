@@ -52,6 +52,10 @@ class ConnectionHandle(Protocol):
         """The client a proxy role connects for (CONNECT ``original_principal``), else None."""
         ...
 
+    def finish_in_turns(self, step: Callable[[], bool]) -> None:
+        """Call ``step`` once per later turn, before anything else is decoded, until True."""
+        ...
+
     def connect_finished(self, accepted: bool) -> None:
         """A CONNECT whose check ran on the pool is done (``ConnectionAuth``)."""
         ...

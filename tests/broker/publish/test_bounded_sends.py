@@ -7,16 +7,14 @@ a shared 2-core machine and far below what these shapes cost before (4-10 s each
 
 from __future__ import annotations
 
-import asyncio
 import socket
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from protocol import commands, pb
 from protocol.framing import Frame, FrameDecoder
-from tests.heavy_sends import empty_record_batch, keyed_batch, zstd_key_bomb
+from tests.heavy_sends import LoopGap, empty_record_batch, keyed_batch, zstd_key_bomb
 from tests.helpers import BrokerThread, topic_stats
 
 T = pb.BaseCommand.Type
@@ -61,32 +59,10 @@ class RawProducer:
         self.sock.close()
 
 
-class LoopGap:
-    """Runs on the broker's loop: the longest time between two of its 5 ms wake-ups."""
-
-    def __init__(self, broker: BrokerThread) -> None:
-        assert broker.loop is not None
-        self.worst = 0.0
-        self._stop = False
-        self._task = asyncio.run_coroutine_threadsafe(self._sample(), broker.loop)
-
-    async def _sample(self) -> None:
-        last = time.monotonic()
-        while not self._stop:
-            await asyncio.sleep(0.005)
-            now = time.monotonic()
-            self.worst = max(self.worst, now - last)
-            last = now
-
-    def stop(self) -> float:
-        self._stop = True
-        self._task.result(10)
-        return self.worst
-
-
 @pytest.fixture
 def loop_gap(broker: BrokerThread) -> Iterator[LoopGap]:
-    gap = LoopGap(broker)
+    assert broker.loop is not None
+    gap = LoopGap(broker.loop)
     yield gap
     gap.stop()
 
