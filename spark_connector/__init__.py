@@ -11,8 +11,11 @@ Batch and streaming source, exactly-once sink through the broker's PIP-6 dedup. 
 Modules: ``options`` (option parsing and sink columns), ``positions`` (message positions and the
 packed ``offset`` column), ``offsets`` (checkpointed offset JSON), ``scan`` (reading a partition
 range), ``planner`` (micro-batch ends), ``cursor`` (the durable subscription), ``source``,
-``sink``, ``batches`` (the sink's replay-stable batch boundaries), ``datasource``, ``clients``
-(per-process client cache), ``faults`` (test-only).
+``sink``, ``rows`` (the sink's input rows), ``row_order`` (their order-free numbering, with
+spill), ``replay_guard`` (a recomputed task against what an earlier attempt stored),
+``replay_age`` (no replay after the broker may have forgotten), ``batches`` (the sink's
+replay-stable batch boundaries), ``datasource``, ``clients`` (per-process client cache),
+``faults`` (test-only).
 Importing this package does not import pyspark; ``register`` does.
 """
 

@@ -11,16 +11,18 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from spark_connector.options import SinkOptions, SourceOptions, sink_column_plan
+from spark_connector.options import SinkOptions, SourceOptions, order_columns, sink_column_plan
 from spark_connector.sink import BatchWriter, StreamWriter
 from spark_connector.source import SOURCE_SCHEMA, BatchReader, StreamReader
 
 __all__ = ["DedupTopicDataSource"]
 
 
-def _plan(options: SinkOptions, schema: StructType) -> dict[str, int]:
+def _plan(options: SinkOptions, schema: StructType) -> tuple[dict[str, int], tuple[int, ...]]:
+    """The sink's column roles and its ordering columns (``row_order``)."""
     fields = [(field.name, field.dataType.simpleString()) for field in schema.fields]
-    return sink_column_plan(fields, options.topic)
+    plan = sink_column_plan(fields, options.topic, options.order_by)
+    return plan, order_columns(fields, options.order_by)
 
 
 class DedupTopicDataSource(DataSource):
@@ -41,8 +43,8 @@ class DedupTopicDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         options = SinkOptions.parse(self.options)
-        return BatchWriter(options, _plan(options, schema))
+        return BatchWriter(options, *_plan(options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
         options = SinkOptions.parse(self.options)
-        return StreamWriter(options, _plan(options, schema))
+        return StreamWriter(options, *_plan(options, schema))

@@ -12,8 +12,11 @@ Source options: ``service.url`` (required); exactly one of ``topic``, ``topics``
 ``subscriptionName``, ``pollTimeoutMs``, ``client.*``.
 
 Sink options: ``service.url`` (required), ``topic``, ``exactlyOnce``, ``producerNamePrefix``,
-``writeId`` (batch writes), ``sendTimeoutMs``, ``maxPendingMessages``, ``producerBusyTimeoutMs``,
-``batchingEnabled``, ``batchingMaxMessages``, ``batchingMaxBytes``, ``client.*``.
+``writeId`` (batch writes, and each write of a ``foreachBatch``), ``sendTimeoutMs``,
+``maxPendingMessages``, ``producerBusyTimeoutMs``, ``batchingEnabled``, ``batchingMaxMessages``,
+``batchingMaxBytes``, ``exactlyOnce.orderBy`` (columns ordering a task's rows, ``row_order``),
+``exactlyOnce.sortBufferBytes``, ``brokerDeduplicationProducerInactivityTimeoutMinutes``
+(``replay_age``), ``checkpointLocation`` (Spark's, read by the sink), ``client.*``.
 
 ``testing.faultDir`` is for the connector's own tests only (``faults``).
 """
@@ -27,7 +30,15 @@ from typing import Any
 
 from protocol.topic_name import InvalidTopicNameError, TopicName
 
-__all__ = ["OptionError", "SinkOptions", "SourceOptions", "canonical_topic", "normalize"]
+__all__ = [
+    "OptionError",
+    "SinkOptions",
+    "SourceOptions",
+    "canonical_topic",
+    "normalize",
+    "order_columns",
+    "sink_column_plan",
+]
 
 _ALIASES = {
     "subscribe": "topics",
@@ -91,6 +102,19 @@ def _int(options: Mapping[str, str], name: str, default: int | None, minimum: in
         raise OptionError(f"option {name!r} must be an integer, not {raw!r}") from None
     if value < minimum:
         raise OptionError(f"option {name!r} must be >= {minimum}, not {value}")
+    return value
+
+
+def _minutes(options: Mapping[str, str], name: str, default: float) -> float:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise OptionError(f"option {name!r} must be a number of minutes, not {raw!r}") from None
+    if not value >= 0:
+        raise OptionError(f"option {name!r} must be >= 0, not {raw!r}")
     return value
 
 
@@ -190,6 +214,8 @@ SINK_ALIASES = {
 }
 # Read-only columns of the source schema: ignored so read -> write works unchanged.
 SINK_IGNORED = ("offset", "messageId", "publishTime", "producerName", "sequenceId")
+# The source's position columns: they order a task's rows when the input has them (row_order).
+SOURCE_POSITION = ("topic", "partition", "offset")
 
 
 @dataclass(frozen=True)
@@ -205,6 +231,10 @@ class SinkOptions:
     batching_enabled: bool = True
     batching_max_messages: int = 1000
     batching_max_bytes: int = 128 * 1024
+    order_by: tuple[str, ...] = ()
+    sort_buffer_bytes: int = 32 * 1024 * 1024
+    dedup_timeout_minutes: float = 360.0
+    checkpoint_location: str | None = None
     client_options: dict[str, Any] = field(default_factory=dict)
     fault_dir: str | None = None
 
@@ -228,15 +258,52 @@ class SinkOptions:
             batching_enabled=_bool(options, "batchingenabled", True),
             batching_max_messages=_required_int(options, "batchingmaxmessages", 1000, 1),
             batching_max_bytes=_required_int(options, "batchingmaxbytes", 128 * 1024, 1),
+            order_by=tuple(
+                name.strip()
+                for name in options.get("exactlyonce.orderby", "").split(",")
+                if name.strip()
+            ),
+            sort_buffer_bytes=_required_int(
+                options, "exactlyonce.sortbufferbytes", 32 * 1024 * 1024, 1
+            ),
+            dedup_timeout_minutes=_minutes(
+                options, "brokerdeduplicationproducerinactivitytimeoutminutes", 360.0
+            ),
+            checkpoint_location=options.get("checkpointlocation") or None,
             client_options=_client_options(options),
             fault_dir=options.get("testing.faultdir"),
         )
 
 
-def sink_column_plan(fields: list[tuple[str, str]], topic_option: str | None) -> dict[str, int]:
+def order_columns(fields: list[tuple[str, str]], order_by: tuple[str, ...]) -> tuple[int, ...]:
+    """Indexes of the columns that order a task's rows (``row_order``): ``order_by``'s, else
+    the source position columns present (``topic``, ``partition``, ``offset``) when the input
+    has the source's ``offset``, else none (the rows' content alone orders them).
+
+    Raises:
+        OptionError: an ``exactlyOnce.orderBy`` column the input does not have.
+    """
+    index = {name: i for i, (name, _) in enumerate(fields)}
+    if order_by:
+        missing = [name for name in order_by if name not in index]
+        if missing:
+            raise OptionError(
+                f"dedup-topic sink: exactlyOnce.orderBy names columns the input does not have: "
+                f"{', '.join(missing)} (columns: {', '.join(index)})"
+            )
+        return tuple(index[name] for name in order_by)
+    if "offset" not in index:
+        return ()
+    return tuple(index[name] for name in SOURCE_POSITION if name in index)
+
+
+def sink_column_plan(
+    fields: list[tuple[str, str]], topic_option: str | None, order_by: tuple[str, ...] = ()
+) -> dict[str, int]:
     """Map each sink input role (``value``, ``key``, ...) to its column index.
 
-    ``fields``: the input schema as ``(name, simpleString type)`` pairs.
+    ``fields``: the input schema as ``(name, simpleString type)`` pairs. Columns named in
+    ``order_by`` (``exactlyOnce.orderBy``) are accepted without a role: they are not sent.
 
     Raises:
         OptionError: an unknown column, a column of the wrong type, a role given twice
@@ -244,7 +311,9 @@ def sink_column_plan(fields: list[tuple[str, str]], topic_option: str | None) ->
     """
     plan: dict[str, int] = {}
     for index, (name, type_name) in enumerate(fields):
-        if name in SINK_IGNORED:
+        if name in SINK_IGNORED or (
+            name in order_by and SINK_ALIASES.get(name, name) not in SINK_COLUMNS
+        ):
             continue
         role = SINK_ALIASES.get(name, name)
         if role not in SINK_COLUMNS:

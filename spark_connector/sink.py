@@ -1,13 +1,23 @@
 """The sink: exactly-once writes through the broker's PIP-6 dedup (reference §2.1).
 
-Each Spark task writes through producers named ``<prefix>-<queryId>-<sparkPartitionId>`` (one per
-target topic; names are per topic), and numbers row ``i`` of micro-batch ``b`` with sequence id
-``(b << 32) | i``. The query id is stable across restarts from one checkpoint and batch ids only
-grow, so each producer's sequence ids grow across batches and runs. A task retry, a replay after a
-restart or a second ``commit`` regenerates the same ``(producer, sequence id) -> row`` pairs, and
-the broker drops every id at or below the producer's highest stored one: the output holds each row
+Each Spark task writes through producers named ``<prefix>-<writer>-<sparkPartitionId>`` (one per
+target topic; names are per topic), where ``<writer>`` is the streaming query's id (stable
+across restarts from one checkpoint). The task first puts its rows in an order that depends only
+on the set of rows (``row_order``: sorted, spilling to disk past ``exactlyOnce.sortBufferBytes``)
+and numbers row ``i`` of micro-batch ``b`` with sequence id ``(b << 32) | i``. Batch ids only
+grow, so each producer's ids grow across batches and runs. A task retry, a replay after a
+restart or a second ``commit`` regenerates the same ``(producer, sequence id) -> row`` pairs,
+whatever order Spark hands the rows in (a shuffle's fetch order changes on a retry), and the
+broker drops every id at or below the producer's highest stored one: the output holds each row
 once. A duplicate receipt (id ``-1:-1``) counts as success.
 
+* **Replay guard** (``replay_guard``): when a producer reports a last sequence id inside the
+  batch being written, an earlier attempt stored rows; the task reads that last row back and
+  fails with ``ReplayMismatch`` unless its own row at that index is the same (a set that
+  changed on recomputation would otherwise lose rows and duplicate others, silently).
+* **No silent expiry** (``replay_age``): a producer the broker does not know (last sequence id
+  -1) in a micro-batch older than ``brokerDeduplicationProducerInactivityTimeoutMinutes``: the
+  broker may have forgotten what an earlier attempt stored; ``DedupStateExpired``.
 * **Checkpoint-reset guard**: a producer whose ``last_sequence_id`` is already at or above
   ``(b + 1) << 32`` has output of a *later* batch: the checkpoint was reset while its query id was
   kept. Everything would be dropped as duplicates, silently; the task fails with a clear error.
@@ -23,9 +33,12 @@ once. A duplicate receipt (id ``-1:-1``) counts as success.
   replay forms the same batches and each batch entry is stored whole or dropped whole as a
   duplicate (the broker's dedup compares a batch's first and last sequence ids).
 
-Batch (non-streaming) writes have no query or batch id: batch id 0 and the ``writeId`` option
-(random per write when unset) stand in. Task retries are deduplicated; re-running a write with
-the same ``writeId`` writes nothing new (every row is a duplicate).
+**Batch writes** (``df.write``) have no query or batch id: batch id 0 and the ``writeId`` option
+(random per write when unset) stand in; re-running a write with the same ``writeId`` writes
+nothing new. **Inside ``foreachBatch``** a batch write's tasks carry the micro-batch's query and
+batch ids (Spark's local properties), so the write takes them: ``<writer>`` is the query id, or
+``<queryId>-<writeId>`` when ``writeId`` is given, which each write to one topic in one
+micro-batch needs (the guard fails a second write that reuses the first one's identity).
 
 **Partitioned output topics**: each task writes to partition ``i`` through a producer on its
 ``-partition-i`` topic, with the same producer name on every partition (as Pulsar's partitioned
@@ -35,12 +48,11 @@ increasing subsequence of the task's ids). The partition of a row is a pure func
 round-robin by blocks of ``batchingMaxMessages`` rows (one per row without batching) starting at
 the Spark partition id, so a replay routes every row where its first attempt did.
 
-Requirements (documented in the README): the rows of a Spark partition and their order must be
-the same on replay (narrow pipelines from a replayable source such as this connector's); the
-output topic must keep its partitioning while a batch is uncommitted; the broker must keep the
-producers' dedup state (Magnetar keeps named producers' state; Pulsar purges after 6 h idle).
+Requirements (documented in the README): a recomputed Spark partition must hold the same rows
+(in any order); the output topic must keep its partitioning while a batch is uncommitted.
 
-``exactlyOnce=false``: plain at-least-once producers (broker-chosen names, automatic ids).
+``exactlyOnce=false``: plain at-least-once producers (broker-chosen names, automatic ids), rows in
+input order.
 """
 
 from __future__ import annotations
@@ -49,9 +61,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -69,6 +80,10 @@ from spark_connector.batches import BatchCutter, row_bytes
 from spark_connector.clients import partition_topics, shared_client
 from spark_connector.faults import commit_fault, row_fault
 from spark_connector.options import OptionError, SinkOptions, canonical_topic
+from spark_connector.replay_age import batch_timestamp_ms, check_replay_age
+from spark_connector.replay_guard import ReplayGuard
+from spark_connector.row_order import RowSorter
+from spark_connector.rows import SinkRow, sink_rows
 
 __all__ = [
     "BatchWriter",
@@ -164,24 +179,31 @@ class SinkCommit(WriterCommitMessage):
 
 @dataclass(frozen=True)
 class TaskIdentity:
+    """Who a task writes as: ``writer_id`` names its producers, ``batch_id`` its ids' high half.
+
+    ``micro_batch``: the task runs for a streaming micro-batch (the streaming sink, or a batch
+    write inside ``foreachBatch``), whose start Spark recorded in the checkpoint.
+    """
+
     batch_id: int
     writer_id: str
     partition: int
     attempt: int
+    micro_batch: bool = False
 
     @classmethod
-    def current(cls, write_id: str) -> TaskIdentity:
+    def current(cls, write_id: str | None, fallback_id: str) -> TaskIdentity:
+        """This task's identity: the streaming query's, joined with ``write_id`` (the
+        ``writeId`` option) when given; outside a stream ``write_id`` or ``fallback_id``."""
         context = TaskContext.get()
         if context is None:  # pragma: no cover - write() always runs in a task
-            return cls(0, write_id, 0, 0)
+            return cls(0, write_id or fallback_id, 0, 0)
         batch = context.getLocalProperty("streaming.sql.batchId")
         query = context.getLocalProperty("sql.streaming.queryId")
-        return cls(
-            int(batch) if batch is not None else 0,
-            query or write_id,
-            context.partitionId(),
-            context.attemptNumber(),
-        )
+        if query and batch is not None:
+            writer = f"{query}-{write_id}" if write_id else query
+            return cls(int(batch), writer, context.partitionId(), context.attemptNumber(), True)
+        return cls(0, write_id or fallback_id, context.partitionId(), context.attemptNumber())
 
 
 class _Receipts:
@@ -207,17 +229,29 @@ class _Receipts:
 class _TaskWriter:
     """One task's producers and its write loop."""
 
-    def __init__(self, options: SinkOptions, plan: dict[str, int], task: TaskIdentity) -> None:
+    def __init__(
+        self,
+        options: SinkOptions,
+        plan: dict[str, int],
+        task: TaskIdentity,
+        order: Sequence[int] = (),
+    ) -> None:
         self.options = options
         self.plan = plan
+        self.order = order
         self.task = task
         self.client: Client = shared_client(options.service_url, options.client_options)
         self.producers: dict[str, Producer] = {}
         self.receipts = _Receipts()
         self.cutters: dict[str, BatchCutter] = {}
-        self.pending: dict[str, list[tuple[_Message, int]]] = {}
+        self.pending: dict[str, list[tuple[SinkRow, int]]] = {}
+        self.guard: ReplayGuard | None = None
+        name = self.producer_name
+        if name is not None:
+            self.guard = ReplayGuard(self.client, task.batch_id, name, options.send_timeout_ms)
         self._topics: dict[str, str] = {}
         self._partitions: dict[str, tuple[list[str], int]] = {}
+        self._batch_started_ms: int | None = None
 
     @property
     def producer_name(self) -> str | None:
@@ -278,7 +312,7 @@ class _TaskWriter:
             found = self._topics[name] = canonical_topic(name)
         return found
 
-    def target_of(self, topic: str, message: _Message, row_index: int) -> str:
+    def target_of(self, topic: str, row: SinkRow, row_index: int) -> str:
         """The topic (``topic`` or one of its partitions) the row is written to."""
         found = self._partitions.get(topic)
         if found is None:
@@ -287,26 +321,41 @@ class _TaskWriter:
         names, partitions = found
         options = self.options
         block = options.batching_max_messages if options.batching_enabled else 1
-        index = route(
-            message.partition, message.key, row_index, partitions, block, self.task.partition
-        )
+        index = route(row.partition, row.key, row_index, partitions, block, self.task.partition)
         return names[index]
+
+    def rows(
+        self, batches: Iterator[pa.RecordBatch], sorter: RowSorter | None
+    ) -> Iterator[SinkRow]:
+        """The task's rows: in input order, or (exactly-once) in ``row_order``'s order."""
+        plan, order = self.plan, self.order
+        if sorter is None:
+            return (row for batch in batches for row in sink_rows(batch, plan, order))
+        for batch in batches:
+            for row in sink_rows(batch, plan, order):
+                sorter.add(row, row_bytes(row.value, row.key, row.properties))
+        return sorter.sorted_rows()
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
         task = self.task
-        hook = row_fault(self.options.fault_dir, task.batch_id, task.partition)
+        exactly_once = self.options.exactly_once
+        sorter = RowSorter(self.options.sort_buffer_bytes) if exactly_once else None
         rows = 0
         try:
-            for batch in batches:
-                for message in _messages(batch, self.plan):
-                    target = self.target_of(self.topic_of(message.topic), message, rows)
-                    if self.options.exactly_once:
-                        self._add(target, message, sequence_id(task.batch_id, rows))
-                    else:
-                        self._send(target, message, None)
-                    rows += 1
-                    if hook is not None:
-                        hook(rows, self.flush)
+            ordered = self.rows(batches, sorter)
+            # After the sort: a fault counts rows as they are sent.
+            hook = row_fault(self.options.fault_dir, task.batch_id, task.partition)
+            for row in ordered:
+                target = self.target_of(self.topic_of(row.topic), row, rows)
+                if exactly_once:
+                    self._add(target, row, rows)
+                else:
+                    self._send(target, row, None)
+                rows += 1
+                if hook is not None:
+                    hook(rows, self.flush)
+            if self.guard is not None:
+                self.guard.finish(rows)
             for topic in list(self.pending):
                 self._send_batch(topic)
             self.flush()
@@ -314,6 +363,8 @@ class _TaskWriter:
             # After a failure only whole batches were handed to the client, so closing (which
             # sends what the client holds) cannot store a batch a replay would cut elsewhere.
             self.close()
+            if sorter is not None:
+                sorter.close()
         if self.receipts.error is not None:
             raise RuntimeError(f"dedup-topic sink: {self.receipts.error}")
         return SinkCommit(
@@ -326,38 +377,63 @@ class _TaskWriter:
             self.receipts.duplicates,
         )
 
-    def _add(self, topic: str, message: _Message, seq: int) -> None:
+    def _open(self, topic: str, index: int, row: SinkRow) -> None:
+        """The producer for ``topic``, opened for row ``index`` (the first routed there), and
+        the checks against what the broker already holds for it."""
+        producer = self.producer(topic)
+        last = producer.last_sequence_id()
+        if last < 0:
+            self._check_not_forgotten(producer.producer_name())
+        assert self.guard is not None
+        self.guard.producer_ready(topic, last, index, row)
+
+    def _check_not_forgotten(self, producer_name: str) -> None:
+        """The broker does not know the producer: refuse if it may have forgotten it."""
+        options, task = self.options, self.task
+        checkpoint = options.checkpoint_location
+        if options.dedup_timeout_minutes <= 0 or not task.micro_batch or checkpoint is None:
+            return
+        if self._batch_started_ms is None:
+            self._batch_started_ms = batch_timestamp_ms(checkpoint, task.batch_id)
+        check_replay_age(
+            self._batch_started_ms, options.dedup_timeout_minutes, task.batch_id, producer_name
+        )
+
+    def _add(self, topic: str, row: SinkRow, index: int) -> None:
         """Queue a row in its topic's batch; hand the batch over when it is complete."""
         cutter = self.cutters.get(topic)
         if cutter is None:
+            self._open(topic, index, row)
             options = self.options
             cutter = self.cutters[topic] = BatchCutter(
                 options.batching_max_messages if options.batching_enabled else 1,
                 options.batching_max_bytes,
             )
-        size = row_bytes(message.value, message.key, message.properties)
+        elif self.guard is not None:
+            self.guard.check(index, topic, row)
+        size = row_bytes(row.value, row.key, row.properties)
         if cutter.closes_before(size):
             self._send_batch(topic)
-        self.pending.setdefault(topic, []).append((message, seq))
+        self.pending.setdefault(topic, []).append((row, sequence_id(self.task.batch_id, index)))
         if cutter.add(size):
             self._send_batch(topic)
 
     def _send_batch(self, topic: str) -> None:
         rows = self.pending.pop(topic, [])
         cutter = self.cutters[topic]
-        for message, seq in rows:
-            self._send(topic, message, seq)
+        for row, seq in rows:
+            self._send(topic, row, seq)
         if rows and cutter.count < cutter.max_messages:
             self.producers[topic].flush()  # closed by bytes or by the task's end
         cutter.reset()
 
-    def _send(self, topic: str, message: _Message, seq: int | None) -> None:
+    def _send(self, topic: str, row: SinkRow, seq: int | None) -> None:
         self.producer(topic).send_async(
-            message.value,
+            row.value,
             self.receipts,
-            properties=message.properties,
-            partition_key=message.key,
-            event_timestamp=message.event_time,
+            properties=row.properties,
+            partition_key=row.key,
+            event_timestamp=row.event_time,
             sequence_id=seq,
         )
 
@@ -376,72 +452,6 @@ class _TaskWriter:
                 )
 
 
-@dataclass(frozen=True, slots=True)
-class _Message:
-    value: bytes | None
-    key: str | None
-    topic: str | None
-    partition: int | None
-    event_time: int | None
-    properties: dict[str, str] | None
-
-
-def _messages(batch: pa.RecordBatch, plan: dict[str, int]) -> Iterator[_Message]:
-    """The batch's rows as messages, column-wise (no Spark ``Row`` objects)."""
-    count = batch.num_rows
-    nothing: list[Any] = [None] * count
-
-    def column(role: str, convert: Callable[[pa.Array], list[Any]] | None = None) -> list[Any]:
-        index = plan.get(role)
-        if index is None:
-            return nothing
-        array = batch.column(index)
-        return convert(array) if convert is not None else array.to_pylist()
-
-    values = column("value", _bytes)
-    keys = column("key", _key_text)
-    topics = column("topic")
-    partitions = column("partition")
-    events = column("eventTime", _millis)
-    properties = column("properties")
-    for i in range(count):
-        props = properties[i]
-        yield _Message(
-            values[i],
-            keys[i],
-            topics[i],
-            partitions[i],
-            events[i],
-            dict(props) if props else None,
-        )
-
-
-def _bytes(array: pa.Array) -> list[bytes | None]:
-    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-        return [None if v is None else v.encode() for v in array.to_pylist()]
-    values: list[bytes | None] = array.to_pylist()
-    return values
-
-
-def _key_text(array: pa.Array) -> list[str | None]:
-    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-        texts: list[str | None] = array.to_pylist()
-        return texts
-    out: list[str | None] = []
-    for raw in array.to_pylist():
-        try:
-            out.append(None if raw is None else raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise OptionError("dedup-topic sink: a binary key is not UTF-8 text") from None
-    return out
-
-
-def _millis(array: pa.Array) -> list[int | None]:
-    unit = {"s": 1000, "ms": 1, "us": 1 / 1000, "ns": 1 / 1_000_000}[array.type.unit]
-    raw = array.cast(pa.int64()).to_pylist()
-    return [None if v is None else int(v * unit) for v in raw]
-
-
 def _log_commit(kind: str, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
     done = [m for m in messages if isinstance(m, SinkCommit)]
     logger.info(
@@ -458,13 +468,16 @@ def _log_commit(kind: str, messages: list[WriterCommitMessage | None], batch_id:
 class StreamWriter(DataSourceStreamArrowWriter):
     """``writeStream``: one instance per micro-batch, pickled to the executors."""
 
-    def __init__(self, options: SinkOptions, plan: dict[str, int]) -> None:
+    def __init__(
+        self, options: SinkOptions, plan: dict[str, int], order: Sequence[int] = ()
+    ) -> None:
         self.options = options
         self.plan = plan
+        self.order = tuple(order)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        task = TaskIdentity.current(write_id="stream")
-        return _TaskWriter(self.options, self.plan, task).write(iterator)
+        task = TaskIdentity.current(None, fallback_id="stream")
+        return _TaskWriter(self.options, self.plan, task, self.order).write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         # Idempotent (Spark may call it twice for one batch); the data is already stored.
@@ -477,16 +490,20 @@ class StreamWriter(DataSourceStreamArrowWriter):
 
 
 class BatchWriter(DataSourceArrowWriter):
-    """``df.write``: batch id 0 and ``writeId`` (random per write unless given)."""
+    """``df.write``: batch id 0 and ``writeId`` (random per write unless given); inside
+    ``foreachBatch`` the micro-batch's query and batch ids (``TaskIdentity``)."""
 
-    def __init__(self, options: SinkOptions, plan: dict[str, int]) -> None:
+    def __init__(
+        self, options: SinkOptions, plan: dict[str, int], order: Sequence[int] = ()
+    ) -> None:
         self.options = options
         self.plan = plan
-        self.write_id = options.write_id or uuid.uuid4().hex[:16]
+        self.order = tuple(order)
+        self.random_id = uuid.uuid4().hex[:16]
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        task = TaskIdentity.current(write_id=self.write_id)
-        return _TaskWriter(self.options, self.plan, task).write(iterator)
+        task = TaskIdentity.current(self.options.write_id, fallback_id=self.random_id)
+        return _TaskWriter(self.options, self.plan, task, self.order).write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         commit_fault(self.options.fault_dir, 0)

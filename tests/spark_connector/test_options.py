@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from spark_connector.options import OptionError, SinkOptions, SourceOptions, sink_column_plan
+from spark_connector.options import (
+    OptionError,
+    SinkOptions,
+    SourceOptions,
+    order_columns,
+    sink_column_plan,
+)
 
 URL = {"service.url": "pulsar://127.0.0.1:6650"}
 
@@ -69,3 +75,46 @@ def test_sink_columns() -> None:
 def test_sink_column_errors(fields: list[tuple[str, str]], topic: str | None, message: str) -> None:
     with pytest.raises(OptionError, match=message):
         sink_column_plan(fields, topic)
+
+
+def test_sink_ordering_and_expiry_options() -> None:
+    options = SinkOptions.parse(
+        {
+            **URL,
+            "topic": "out",
+            "exactlyOnce.orderBy": "id, seq",
+            "exactlyOnce.sortBufferBytes": "4096",
+            "brokerDeduplicationProducerInactivityTimeoutMinutes": "0.5",
+            "checkpointLocation": "/tmp/ckpt",
+        }
+    )
+    assert options.order_by == ("id", "seq")
+    assert options.sort_buffer_bytes == 4096
+    assert options.dedup_timeout_minutes == 0.5
+    assert options.checkpoint_location == "/tmp/ckpt"
+    assert SinkOptions.parse({**URL, "topic": "t"}).dedup_timeout_minutes == 360.0
+    with pytest.raises(OptionError, match="number of minutes"):
+        SinkOptions.parse({**URL, "brokerDeduplicationProducerInactivityTimeoutMinutes": "6h"})
+    with pytest.raises(OptionError, match=">= 0"):
+        SinkOptions.parse({**URL, "brokerDeduplicationProducerInactivityTimeoutMinutes": "-1"})
+
+
+def test_order_columns_default_to_the_source_position() -> None:
+    source = [
+        ("key", "binary"),
+        ("value", "binary"),
+        ("topic", "string"),
+        ("partition", "int"),
+        ("offset", "bigint"),
+    ]
+    assert order_columns(source, ()) == (2, 3, 4)
+    assert order_columns([("value", "binary"), ("offset", "bigint")], ()) == (1,)
+    assert order_columns([("value", "binary"), ("key", "binary")], ()) == ()
+    # Named columns win; they are accepted as input columns without being sent.
+    fields = [("value", "binary"), ("id", "bigint")]
+    assert order_columns(fields, ("id",)) == (1,)
+    assert sink_column_plan(fields, "t", ("id",)) == {"value": 0}
+    with pytest.raises(OptionError, match="unknown input column 'id'"):
+        sink_column_plan(fields, "t")
+    with pytest.raises(OptionError, match="does not have: nope"):
+        order_columns(fields, ("nope",))

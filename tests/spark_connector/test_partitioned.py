@@ -129,7 +129,9 @@ def test_streaming_between_partitioned_topics_exactly_once_as_partitions_grow(
             .option("topic", source)
             .option("startingOffsets", "earliest")
             .load()
-            .select("value", "key")
+            # ``offset`` is not sent: it orders each task's rows (row_order), which keeps the
+            # source's order per key; without it they would be numbered in content order.
+            .select("value", "key", "offset")
             .writeStream.format("dedup-topic")
             .option("service.url", broker.url)
             .option("topic", sink)
