@@ -46,6 +46,18 @@ _FRAME_PADDING = 10 * 1024
 # CommandConnected.max_message_size is an int32 on the wire.
 _INT32_MAX = 2**31 - 1
 _MAX_PORT = 65535
+# broker/schemas/strategy.py's names (kept here too: config sits below every broker package).
+_SCHEMA_STRATEGIES = (
+    "UNDEFINED",
+    "ALWAYS_INCOMPATIBLE",
+    "ALWAYS_COMPATIBLE",
+    "BACKWARD",
+    "FORWARD",
+    "FULL",
+    "BACKWARD_TRANSITIVE",
+    "FORWARD_TRANSITIVE",
+    "FULL_TRANSITIVE",
+)
 
 
 class ConfigError(Exception):
@@ -192,6 +204,13 @@ class BrokerConfig:
     idempotency_window_seconds: int = _setting("idempotencyWindowSeconds", 120, minimum=0)
     # Most keys a topic (partition) remembers; the oldest leaves first.
     idempotency_window_max_keys: int = _setting("idempotencyWindowMaxKeys", 100_000, minimum=1)
+
+    # --- schemas (broker/schemas/): Pulsar's keys and defaults ------------------------------
+    schema_compatibility_strategy: str = _setting(
+        "schemaCompatibilityStrategy", "FULL", choices=_SCHEMA_STRATEGIES
+    )
+    is_allow_auto_update_schema_enabled: bool = _setting("isAllowAutoUpdateSchemaEnabled", True)
+    is_schema_validation_enforced: bool = _setting("isSchemaValidationEnforced", False)
 
     # --- PIP-54 batch-index acknowledgement -----------------------------------------------
     acknowledgment_at_batch_index_level_enabled: bool = _setting(

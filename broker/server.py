@@ -19,6 +19,7 @@ from broker.cluster.service import start_cluster
 from broker.cluster.store import etcd_store_for
 from broker.config import BrokerConfig
 from broker.connection.core import ServerConnection
+from broker.gc_policy import apply_gc_policy
 from broker.service import BrokerService
 from broker.storage import FileLayer
 from broker.tls import server_ssl_context
@@ -163,6 +164,9 @@ async def run_standalone(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    # This process is the broker's alone: freeze the start-up objects and make collections rarer,
+    # so no full collection stops the loop for tens of ms mid-flood (broker/gc_policy.py).
+    apply_gc_policy()
     try:
         await stop.wait()
         log.info("signal received, draining")

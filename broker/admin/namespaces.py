@@ -1,9 +1,10 @@
 """``/admin/v2/namespaces/{tenant}[/{ns}[/...]]``: namespaces and their policies, as Pulsar.
 
-Policies (deduplication, retention, message TTL, auto topic creation) are stored durably and
-applied to the loaded topics at once; ``GET .../{ns}`` answers them in Pulsar's ``Policies``
-JSON. Deleting a namespace that still has topics is refused (409) unless ``force=true``, which
-deletes its topics first.
+Policies (deduplication, retention, message TTL, auto topic creation, the schema policies) are
+stored durably and applied to the loaded topics at once (the schema policies are read by each
+PRODUCER and SUBSCRIBE that brings a schema, so the next one sees a change); ``GET .../{ns}``
+answers them in Pulsar's ``Policies`` JSON. Deleting a namespace that still has topics is
+refused (409) unless ``force=true``, which deletes its topics first.
 """
 
 from __future__ import annotations
@@ -36,10 +37,20 @@ from broker.admin.topics import (
     retention_body,
 )
 from broker.metadata.policies import (
+    ALLOW_AUTO_UPDATE_SCHEMA,
     AUTO_TOPIC_CREATION,
     COMPACTION_THRESHOLD,
     MESSAGE_TTL,
     RETENTION,
+    SCHEMA_AUTO_UPDATE_STRATEGY,
+    SCHEMA_COMPATIBILITY_STRATEGY,
+    SCHEMA_VALIDATION_ENFORCED,
+)
+from broker.schemas.strategy import (
+    AUTO_UPDATE_STRATEGIES,
+    Strategy,
+    from_auto_update,
+    parse_strategy,
 )
 from protocol.topic_name import TopicName
 
@@ -89,6 +100,7 @@ async def get_policies(request: web.Request) -> web.Response:
             RETENTION: policies.namespace_policy(namespace, RETENTION),
             MESSAGE_TTL: policies.namespace_policy(namespace, MESSAGE_TTL),
             AUTO_TOPIC_CREATION: policies.namespace_policy(namespace, AUTO_TOPIC_CREATION),
+            **{p.key: await p.shown(request, namespace) for p in SCHEMA_POLICIES},
             "replication_clusters": [service_of(request).config.cluster_name],
             "bundles": {"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1},
             "deleted": False,
@@ -185,12 +197,52 @@ async def auto_creation_value(request: web.Request) -> Any:
     return {"allowAutoTopicCreation": document["allowAutoTopicCreation"], "topicType": topic_type}
 
 
+async def strategy_value(request: web.Request) -> Any:
+    """A ``SchemaCompatibilityStrategy`` name as a JSON string; UNDEFINED unsets it."""
+    try:
+        strategy = parse_strategy(await read_json(request))
+    except ValueError as exc:
+        raise AdminError(400, str(exc)) from None
+    return None if strategy is Strategy.UNDEFINED else str(strategy)
+
+
+async def auto_update_strategy_value(request: web.Request) -> Any:
+    """The deprecated ``SchemaAutoUpdateCompatibilityStrategy`` name as a JSON string."""
+    name = await read_json(request)
+    if name not in AUTO_UPDATE_STRATEGIES:
+        raise AdminError(400, f"Unknown schema auto update strategy {name!r}")
+    return name
+
+
+async def bool_value(request: web.Request) -> Any:
+    return await read_bool(request)
+
+
+def _broker_allows_auto_update(service: BrokerService, namespace: str) -> Any:
+    return service.config.is_allow_auto_update_schema_enabled
+
+
+def _broker_enforces_validation(service: BrokerService, namespace: str) -> Any:
+    return service.config.is_schema_validation_enforced
+
+
+def _strategy_of_auto_update(service: BrokerService, namespace: str) -> Any:
+    """Pulsar's answer while no strategy is set: the older auto-update policy's, if any;
+    UNDEFINED (the broker's ``schemaCompatibilityStrategy`` applies) otherwise."""
+    auto = from_auto_update(
+        service.policies.namespace_policy(namespace, SCHEMA_AUTO_UPDATE_STRATEGY)
+    )
+    return str(auto or Strategy.UNDEFINED)
+
+
 @dataclass(frozen=True)
 class NamespacePolicy:
     """One stored namespace policy and its REST trio: ``GET``, set (``method``), ``DELETE``.
 
     ``read`` turns a request body into the stored value (raising ``AdminError`` on bad input);
-    ``apply`` pushes a change to the loaded topics at once (None: topics read it when needed).
+    ``apply`` pushes a change to the loaded topics at once (None: topics read it when needed);
+    ``unset`` is what ``GET`` answers while the namespace has no value (None: ``null``), as
+    Pulsar answers the broker's value for ``isAllowAutoUpdateSchema``.
     """
 
     path: str
@@ -198,10 +250,17 @@ class NamespacePolicy:
     method: str
     read: Callable[[web.Request], Awaitable[Any]]
     apply: Callable[[BrokerService], None] | None = None
+    unset: Callable[[BrokerService, str], Any] | None = None
 
     async def get(self, request: web.Request) -> web.Response:
-        namespace = existing_namespace(request)
-        return json_response(service_of(request).policies.namespace_policy(namespace, self.key))
+        return json_response(await self.shown(request, existing_namespace(request)))
+
+    async def shown(self, request: web.Request, namespace: str) -> Any:
+        service = service_of(request)
+        value = service.policies.namespace_policy(namespace, self.key)
+        if value is None and self.unset is not None:
+            return self.unset(service, namespace)
+        return value
 
     async def set(self, request: web.Request) -> web.Response:
         namespace = existing_namespace(request)
@@ -239,6 +298,35 @@ POLICIES = (
     NamespacePolicy("messageTTL", MESSAGE_TTL, "POST", ttl_value),
     NamespacePolicy("autoTopicCreation", AUTO_TOPIC_CREATION, "POST", auto_creation_value),
 )
+SCHEMA_POLICIES = (
+    NamespacePolicy(
+        "schemaCompatibilityStrategy",
+        SCHEMA_COMPATIBILITY_STRATEGY,
+        "PUT",
+        strategy_value,
+        unset=_strategy_of_auto_update,
+    ),
+    NamespacePolicy(
+        "schemaAutoUpdateCompatibilityStrategy",
+        SCHEMA_AUTO_UPDATE_STRATEGY,
+        "PUT",
+        auto_update_strategy_value,
+    ),
+    NamespacePolicy(
+        "isAllowAutoUpdateSchema",
+        ALLOW_AUTO_UPDATE_SCHEMA,
+        "POST",
+        bool_value,
+        unset=_broker_allows_auto_update,
+    ),
+    NamespacePolicy(
+        "schemaValidationEnforced",
+        SCHEMA_VALIDATION_ENFORCED,
+        "POST",
+        bool_value,
+        unset=_broker_enforces_validation,
+    ),
+)
 
 
 def routes() -> list[web.RouteDef]:
@@ -251,5 +339,5 @@ def routes() -> list[web.RouteDef]:
         web.get(NAMESPACE + "/deduplication", get_dedup),
         web.post(NAMESPACE + "/deduplication", set_dedup),
         web.delete(NAMESPACE + "/deduplication", remove_dedup),
-        *(route for policy in POLICIES for route in policy.routes()),
+        *(route for policy in (*POLICIES, *SCHEMA_POLICIES) for route in policy.routes()),
     ]

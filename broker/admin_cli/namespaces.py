@@ -1,5 +1,5 @@
 """``namespaces``: create and delete, permissions, bundles and their unloading, and the
-policies (deduplication, retention, message TTL, auto topic creation)."""
+policies (deduplication, retention, message TTL, auto topic creation, schema policies)."""
 
 from __future__ import annotations
 
@@ -166,4 +166,57 @@ _switch(
     lambda on: {"allowAutoTopicCreation": on, "topicType": "non-partitioned"},
     "Auto topic creation",
     None,
+)
+
+
+# ---------------------------------------------------------------------------- schema policies
+
+_reading("get-schema-compatibility-strategy", "/schemaCompatibilityStrategy")
+_reading("get-is-allow-auto-update-schema", "/isAllowAutoUpdateSchema")
+_reading("get-schema-validation-enforce", "/schemaValidationEnforced")
+
+_STRATEGIES = (
+    "UNDEFINED",
+    "ALWAYS_INCOMPATIBLE",
+    "ALWAYS_COMPATIBLE",
+    "BACKWARD",
+    "FORWARD",
+    "FULL",
+    "BACKWARD_TRANSITIVE",
+    "FORWARD_TRANSITIVE",
+    "FULL_TRANSITIVE",
+)
+
+
+@namespaces.command("set-schema-compatibility-strategy")
+@click.argument("namespace")
+@click.option(
+    "-c",
+    "--compatibility",
+    required=True,
+    type=click.Choice(_STRATEGIES, case_sensitive=False),
+    help="How a new schema must relate to a topic's versions (UNDEFINED: the broker's).",
+)
+@admin_verb
+def namespaces_set_schema_compatibility_strategy(
+    admin: Admin, namespace: str, compatibility: str
+) -> None:
+    strategy = compatibility.upper()
+    done = f"Schema compatibility strategy of {namespace} set to {strategy}"
+    admin.change("PUT", _path(namespace, "/schemaCompatibilityStrategy"), strategy, done=done)
+
+
+_switch(
+    "set-is-allow-auto-update-schema",
+    "/isAllowAutoUpdateSchema",
+    bool,
+    "Schema auto update",
+    "Whether producers may add compatible schema versions.",
+)
+_switch(
+    "set-schema-validation-enforce",
+    "/schemaValidationEnforced",
+    bool,
+    "Schema validation",
+    "Refuse producers without a schema on topics that have one.",
 )

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.errors import BrokerError, InvalidTopicName, ServiceNotReady, TopicNotFound, to_wire
+from broker.schemas.registry import SchemaRegistry
 from broker.topics.non_persistent import non_persistent_topics_of
 from protocol import commands, pb
 from protocol.enums import TopicListMode
@@ -227,10 +228,20 @@ class DiscoveryEndpoint:
                 )
             )
             return
-        schema = cmd.schema.SerializeToString()
+        service = self._service
+        schemas = SchemaRegistry(service.schemas, service.policies, service.config)
 
         async def store() -> None:  # durable before the answer, written off the event loop
-            version = await self._service.schemas.put(topic.full_name, schema)
+            try:
+                version = await schemas.add_schema(topic, cmd.schema)  # checked as a producer's
+            except BrokerError as exc:  # refused in the response itself, as Pulsar
+                code, message = to_wire(exc)
+                self._conn.write(
+                    commands.get_or_create_schema_response(
+                        cmd.request_id, error_code=code, error_message=message
+                    )
+                )
+                return
             self._conn.write(
                 commands.get_or_create_schema_response(cmd.request_id, schema_version=version)
             )

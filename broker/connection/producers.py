@@ -38,6 +38,7 @@ from broker.errors import (
 )
 from broker.publish.producers import Producer
 from broker.publish.publication import PublishOutcome, Settled
+from broker.schemas.registry import SchemaRegistry
 from protocol import commands, pb, send_identity
 from protocol.enums import ProducerAccessMode
 from protocol.errors import RemoteProtocolError
@@ -147,9 +148,11 @@ class ProducerEndpoint:
             return
         topic = await self._service.get_topic(topic_name, create=True)
         schema_version = None
-        if cmd.HasField("schema"):
-            schema = cmd.schema.SerializeToString()
-            schema_version = await self._service.schemas.put(topic_name.full_name, schema)
+        schemas = SchemaRegistry(self._service.schemas, self._service.policies, self._config)
+        if cmd.HasField("schema"):  # checked by the topic's compatibility strategy
+            schema_version = await schemas.add_schema(topic_name, cmd.schema)
+        else:
+            schemas.check_producer_without_schema(topic_name)
         user_named = cmd.HasField("producer_name") and bool(cmd.producer_name)
         name = cmd.producer_name if user_named else self._service.generate_producer_name()
         producer = Producer(

@@ -183,11 +183,20 @@ class Dispatcher:
             self._dispatch_new()
 
     def _dispatch_replay(self) -> bool:
-        """Redeliver what is due; False if a replayed entry is being read from disk."""
+        """Redeliver what is due, up to one read batch per turn (as new entries: a consumer
+        given back 100,000 entries must not hold the loop for all of them); False if new
+        entries must wait: a replayed entry is being read from disk, or more are due than this
+        turn's batch (the next pass is scheduled)."""
         deferred: list[Position] = []
         waiting = False
+        budget = self._limits.max_read_entries
         while self._replay and self._any_consumer_ready():
+            if budget <= 0:
+                waiting = True
+                self.schedule()
+                break
             position = heapq.heappop(self._replay)
+            budget -= 1
             if position not in self._replay_set:
                 continue
             if self._cursor.is_deleted(position):
@@ -206,6 +215,9 @@ class Dispatcher:
                 deferred.append(position)
                 if self._selection.sub_type != SubType.Key_Shared:
                     break
+                # Key_Shared looks past an entry whose consumer is full, for the others' entries,
+                # as before: not counted, or a full consumer would starve the rest.
+                budget += 1
             else:
                 self._entries.release(position)
                 self._replay_set.discard(position)

@@ -9,7 +9,14 @@ from typing import Any
 
 from broker.metadata.layout import MetadataKeys
 from broker.metadata.mirror import MetadataMirror
-from broker.metadata.schemas import encode_schema, pick_version, version_bytes, with_version
+from broker.metadata.schemas import (
+    Admit,
+    decode_versions,
+    encode_schema,
+    pick_version,
+    version_bytes,
+    with_version,
+)
 
 
 class EtcdSchemaStore:
@@ -19,19 +26,28 @@ class EtcdSchemaStore:
         self._mirror = mirror
         self._keys = keys
 
-    async def put(self, topic: str, schema: bytes) -> bytes:
+    async def put(self, topic: str, schema: bytes, admit: Admit | None = None) -> bytes:
         encoded = encode_schema(schema)
+        index = 0
 
+        # Runs again on every compare-and-swap retry: ``admit`` judges the versions the swap
+        # is about to replace, so a schema another broker added meanwhile is checked against.
         def add(current: dict[str, Any] | None) -> dict[str, Any]:
+            nonlocal index
             versions = [] if current is None else list(current["versions"])
-            return {"versions": with_version(topic, versions, encoded)}
+            updated, index = with_version(topic, versions, encoded, admit)
+            return {"versions": updated}
 
-        stored = await self._mirror.update(self._keys.schema(topic), add)
-        return version_bytes(list(stored["versions"]).index(encoded))
+        await self._mirror.update(self._keys.schema(topic), add)
+        return version_bytes(index)
 
     def get(self, topic: str, version: bytes | None) -> tuple[bytes, bytes] | None:
         stored = self._mirror.get(self._keys.schema(topic))
         return None if stored is None else pick_version(list(stored["versions"]), version)
+
+    def versions(self, topic: str) -> list[bytes]:
+        stored = self._mirror.get(self._keys.schema(topic))
+        return [] if stored is None else decode_versions(list(stored["versions"]))
 
     async def delete(self, topic: str) -> None:
         await self._mirror.update(self._keys.schema(topic), lambda _: None)

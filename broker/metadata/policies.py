@@ -6,9 +6,10 @@ document (``broker/metadata/document.py``). Known namespaces: ``public/default``
 as in standalone Pulsar; the PIP-6 deduplication policy at namespace and topic level resolves topic
 policy, then namespace policy, then the broker flag ``brokerDeduplicationEnabled``. It also keeps
 the tenants (``public`` and ``pulsar`` exist out of the box), and the namespace and topic policies
-the admin API sets: retention, ``allowAutoTopicCreation``, message TTL, compaction threshold and
-the idempotency window (stored under Pulsar's JSON field names; ``broker/topics/policies.py``
-resolves them topic > namespace > broker config).
+the admin API sets: retention, ``allowAutoTopicCreation``, message TTL, compaction threshold,
+the idempotency window and the schema policies (stored under Pulsar's JSON field names;
+``broker/topics/policies.py`` and ``broker/schemas/registry.py`` resolve them topic > namespace >
+broker config).
 """
 
 from __future__ import annotations
@@ -30,12 +31,22 @@ COMPACTION_THRESHOLD = "compaction_threshold"
 #: Magnetar's idempotency-key window (issue #16): ``{"idempotencyWindowSeconds": int,
 #: "idempotencyWindowMaxKeys": int}``, either field may be absent.
 IDEMPOTENCY_WINDOW = "idempotencyWindow"
+#: Schema policies (``broker/schemas/``): a strategy name, the deprecated auto-update
+#: strategy (Pulsar's ``SchemaAutoUpdateCompatibilityStrategy`` name), and two booleans.
+SCHEMA_COMPATIBILITY_STRATEGY = "schema_compatibility_strategy"
+SCHEMA_AUTO_UPDATE_STRATEGY = "schema_auto_update_compatibility_strategy"
+ALLOW_AUTO_UPDATE_SCHEMA = "is_allow_auto_update_schema"
+SCHEMA_VALIDATION_ENFORCED = "schema_validation_enforced"
 POLICY_KEYS = (
     RETENTION,
     AUTO_TOPIC_CREATION,
     MESSAGE_TTL,
     COMPACTION_THRESHOLD,
     IDEMPOTENCY_WINDOW,
+    SCHEMA_COMPATIBILITY_STRATEGY,
+    SCHEMA_AUTO_UPDATE_STRATEGY,
+    ALLOW_AUTO_UPDATE_SCHEMA,
+    SCHEMA_VALIDATION_ENFORCED,
 )
 
 

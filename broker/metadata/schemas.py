@@ -8,6 +8,13 @@ thread: a new version costs one topic's file, not a rewrite of every topic's sch
 loop. The single ``schemas.json`` of earlier builds is split into these files at start.
 ``broker/metadata/etcd_schemas.py`` keeps one etcd key per topic (cluster mode).
 
+Whether a schema new to the topic may join its versions is the caller's decision
+(``broker/schemas/registry.py``: Pulsar's compatibility strategies): ``put`` takes an ``Admit``
+that sees the stored versions and names the one the schema already is, or None to append it, or
+raises ``IncompatibleSchema``. It runs where the append happens (synchronously on the loop for
+the files, inside the compare-and-swap for etcd), so two producers cannot both pass a check
+against a version list that one of them is about to change.
+
 A topic keeps at most ``MAX_SCHEMA_VERSIONS`` versions: a producer declaring one more distinct
 schema is refused with ``IncompatibleSchema`` (the error Pulsar's producers get for a schema the
 registry does not accept), so a client cycling through schemas cannot grow the registry
@@ -21,6 +28,7 @@ import hashlib
 import json
 import logging
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -35,12 +43,19 @@ _VERSION = struct.Struct(">q")
 MAX_SCHEMA_VERSIONS = 100
 
 
+#: Sees a topic's stored versions (oldest first) when a schema not stored byte for byte
+#: arrives: the index of the version it already is, or None to append it; or raises.
+Admit = Callable[[list[bytes]], int | None]
+
+
 class SchemaStore(Protocol):
     """Schemas declared by producers: topic -> serialized ``Schema`` versions."""
 
-    async def put(self, topic: str, schema: bytes) -> bytes: ...
+    async def put(self, topic: str, schema: bytes, admit: Admit | None = None) -> bytes: ...
 
     def get(self, topic: str, version: bytes | None) -> tuple[bytes, bytes] | None: ...
+
+    def versions(self, topic: str) -> list[bytes]: ...
 
     async def delete(self, topic: str) -> None: ...
 
@@ -49,16 +64,26 @@ def encode_schema(schema: bytes) -> str:
     return base64.b64encode(schema).decode()
 
 
-def with_version(topic: str, versions: list[str], encoded: str) -> list[str]:
-    """``versions`` with ``encoded`` appended unless present; IncompatibleSchema past the limit."""
+def decode_versions(versions: list[str]) -> list[bytes]:
+    return [base64.b64decode(v) for v in versions]
+
+
+def with_version(
+    topic: str, versions: list[str], encoded: str, admit: Admit | None = None
+) -> tuple[list[str], int]:
+    """``versions`` with ``encoded`` appended unless present or admitted as an existing one,
+    and its index; IncompatibleSchema past the limit (or from ``admit``)."""
     if encoded in versions:
-        return versions
+        return versions, versions.index(encoded)
+    existing = admit(decode_versions(versions)) if admit is not None else None
+    if existing is not None:
+        return versions, existing
     if len(versions) >= MAX_SCHEMA_VERSIONS:
         raise IncompatibleSchema(
             f"Topic {topic} already has {MAX_SCHEMA_VERSIONS} schema versions, the most kept "
             "per topic; use one of them, or delete the topic to start afresh"
         )
-    return [*versions, encoded]
+    return [*versions, encoded], len(versions)
 
 
 def version_bytes(index: int) -> bytes:
@@ -113,23 +138,28 @@ class FileSchemaStore:
             document = self._documents[topic] = JsonDocument(self._directory / f"{name}.json")
         return document
 
-    async def put(self, topic: str, schema: bytes) -> bytes:
-        """Store ``schema`` (if new) and return its version, once that version is durable."""
+    async def put(self, topic: str, schema: bytes, admit: Admit | None = None) -> bytes:
+        """Store ``schema`` (unless ``admit`` names an existing version) and return its
+        version, once that version is durable."""
         encoded = encode_schema(schema)
         versions = self._schemas.get(topic, [])
-        updated = with_version(topic, versions, encoded)
+        updated, index = with_version(topic, versions, encoded, admit)
         document = self._document(topic)
         if updated is not versions:
             self._schemas[topic] = updated
         elif document.saved:
-            return version_bytes(versions.index(encoded))
+            return version_bytes(index)
         # New, or added by a put still writing: wait until it is durable. The snapshot is a
         # tuple, so the disk thread serializes it while the loop goes on.
         await document.save_serialized_off_loop(lambda: _payload(topic, tuple(updated)))
-        return version_bytes(updated.index(encoded))
+        return version_bytes(index)
 
     def get(self, topic: str, version: bytes | None) -> tuple[bytes, bytes] | None:
         return pick_version(self._schemas.get(topic, []), version)
+
+    def versions(self, topic: str) -> list[bytes]:
+        """Every stored version of ``topic``, oldest first."""
+        return decode_versions(self._schemas.get(topic, []))
 
     async def delete(self, topic: str) -> None:
         # The document object stays: its version counter orders this removal after any write

@@ -70,7 +70,8 @@ def test_producer_schema_is_found_under_every_spelling(broker: BrokerThread) -> 
 def test_get_or_create_keeps_one_version_list_across_spellings(broker: BrokerThread) -> None:
     short, middle, full = _spellings()
     first = _json_schema()
-    data = first.schema_data.replace(b'"a"', b'"b"')
+    # A compatible evolution (FULL, the default): a field with a default added.
+    data = first.schema_data.replace(b'"int"}', b'"int"},{"name":"b","type":"int","default":0}')
     second = pb.Schema(name="R2", schema_data=data, type=pb.Schema.Json)
     with RawSession(broker.port) as session:
         versions = []

@@ -157,3 +157,25 @@ def test_each_turn_of_the_loop_sends_at_most_one_read_batch(world: Harness) -> N
     assert not world.scheduler.queue
     assert sent_per_pass == [batch, batch, batch // 2]
     assert [s.position for s in sink.sent] == positions[: batch * 2 + batch // 2]
+
+
+# --------------------------------------------------------------------------- bounded passes
+
+
+def test_a_pass_replays_one_read_batch_then_schedules_the_next(world: Harness) -> None:
+    """Issue #24: a consumer given back thousands of entries gets them again a read batch per
+    turn of the loop, in position order, before any new entry."""
+    batch = world.limits.max_read_entries
+    entries = world.publish(*([1] * (3 * batch + 5)))
+    first, _ = world.consumer(consumer_id=1, permits=len(entries))
+    world.sub.remove_consumer(first)  # everything goes back for replay
+    second, sink = world.consumer(consumer_id=2, permits=0)
+    world.sub.add_permits(second, len(entries))
+    passes = []
+    while world.scheduler.queue:
+        before = len(sink.sent)
+        world.scheduler.queue.pop(0).callback()
+        passes.append(len(sink.sent) - before)
+    assert max(passes) == batch
+    assert [s.position for s in sink.sent] == entries
+    assert {s.redelivery_count for s in sink.sent} == {1}

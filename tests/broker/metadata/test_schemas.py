@@ -43,3 +43,26 @@ def test_the_single_document_of_earlier_builds_is_split(tmp_path: Path) -> None:
     assert FileSchemaStore(tmp_path).get(TOPIC, None) == (b"b", (1).to_bytes(8, "big"))
     assert not (tmp_path / "schemas.json").exists()
     assert FileSchemaStore(tmp_path).get(TOPIC, bytes(8)) == (b"a", bytes(8))
+
+
+async def test_admit_names_an_existing_version_or_refuses_before_anything_is_stored(
+    tmp_path: Path,
+) -> None:
+    store = FileSchemaStore(tmp_path)
+    await store.put(TOPIC, b"first")
+    seen: list[list[bytes]] = []
+
+    def same_as_first(versions: list[bytes]) -> int | None:
+        seen.append(versions)
+        return 0
+
+    assert await store.put(TOPIC, b"first, spelled differently", same_as_first) == bytes(8)
+    assert seen == [[b"first"]]
+
+    def refuse(versions: list[bytes]) -> int | None:
+        raise IncompatibleSchema("no")
+
+    with pytest.raises(IncompatibleSchema):
+        await store.put(TOPIC, b"second", refuse)
+    assert await store.put(TOPIC, b"first", refuse) == bytes(8)  # stored bytes: not asked
+    assert FileSchemaStore(tmp_path).versions(TOPIC) == [b"first"]
