@@ -29,6 +29,7 @@ import json
 import logging
 import struct
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
 
@@ -65,7 +66,14 @@ def encode_schema(schema: bytes) -> str:
 
 
 def decode_versions(versions: list[str]) -> list[bytes]:
-    return [base64.b64decode(v) for v in versions]
+    return [_decoded(v) for v in versions]
+
+
+@lru_cache(maxsize=4096)
+def _decoded(encoded: str) -> bytes:
+    """A stored version's bytes, decoded once: every schema new to a topic is judged against
+    all of its versions (up to ``MAX_SCHEMA_VERSIONS``), on the loop."""
+    return base64.b64decode(encoded)
 
 
 def with_version(

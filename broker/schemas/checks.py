@@ -22,6 +22,7 @@ import json
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 
 from broker.errors import IncompatibleSchema
 from broker.schemas import avro_compat
@@ -74,13 +75,30 @@ class SchemaData:
 
     @classmethod
     def parse(cls, serialized: bytes) -> SchemaData:
-        schema = pb.Schema()
-        schema.ParseFromString(serialized)
-        return cls.of(schema)
+        """A stored version (cached: every new producer compares against all of them, and a
+        flood of PRODUCERs with new schemas would otherwise parse them all again, on the loop,
+        for each one)."""
+        return _parse_stored(serialized)
 
     @property
     def avro_based(self) -> bool:
         return self.type in (AVRO, JSON)
+
+    @cached_property
+    def definition(self) -> object:
+        """An Avro-based definition as parsed JSON without ``doc`` (what ``same_schema``
+        compares), once per schema; None when it is not Avro-based or not JSON."""
+        if not self.avro_based:
+            return None
+        parsed = _json(self.data)
+        return None if parsed is None else _without_docs(parsed)
+
+
+@lru_cache(maxsize=4096)
+def _parse_stored(serialized: bytes) -> SchemaData:
+    schema = pb.Schema()
+    schema.ParseFromString(serialized)
+    return SchemaData.of(schema)
 
 
 def same_schema(a: SchemaData, b: SchemaData) -> bool:
@@ -91,10 +109,8 @@ def same_schema(a: SchemaData, b: SchemaData) -> bool:
         return False
     if a.data == b.data:
         return True
-    if not a.avro_based:
-        return False
-    left, right = _json(a.data), _json(b.data)
-    return left is not None and _without_docs(left) == _without_docs(right)
+    left = a.definition
+    return left is not None and left == b.definition
 
 
 def check_latest(versions: Sequence[SchemaData], new: SchemaData, strategy: Strategy) -> None:
