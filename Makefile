@@ -6,7 +6,9 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install java etcd run test test-fast lint fmt proto bench clean
 
-$(STAMP): pyproject.toml
+# The compiled SEND path (protocol/_speedups) is built by the install, in place (-e): an edit of
+# its source re-runs it.
+$(STAMP): pyproject.toml setup.py $(wildcard protocol/_speedups.pyx protocol/*.pxi protocol/_crc32c.h)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,spark,plot]'
@@ -55,3 +57,4 @@ bench: install
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -f protocol/_speedups.c protocol/_speedups*.so

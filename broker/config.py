@@ -35,10 +35,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from protocol._accel import PURE_PYTHON_ENV
+
 __all__ = ["ENV_PREFIX", "BrokerConfig", "ConfigError", "config_keys", "load_config"]
 
 #: Environment variables `MAGNETAR_<key>=value` override the file (see `load_config`).
 ENV_PREFIX = "MAGNETAR_"
+#: `MAGNETAR_` variables that are no key: MAGNETAR_PURE_PYTHON picks the SEND path's
+#: implementation for the whole process (protocol/_accel.py).
+_NOT_KEYS = frozenset({PURE_PYTHON_ENV})
 
 # Java's MESSAGE_SIZE_FRAME_PADDING: a frame carries the message plus command and metadata,
 # so the frame reader accepts this much more than maxMessageSize.
@@ -453,7 +458,7 @@ def _environment_overrides(environ: Mapping[str, str]) -> list[tuple[str, str, s
     """`(key, text, source)` for every `MAGNETAR_<key>` variable, in key order."""
     found: list[tuple[str, str, str]] = []
     for variable, text in sorted(environ.items()):
-        if not variable.startswith(ENV_PREFIX):
+        if not variable.startswith(ENV_PREFIX) or variable in _NOT_KEYS:
             continue
         name = variable[len(ENV_PREFIX) :]
         source = f"environment variable {variable}"

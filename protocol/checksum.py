@@ -10,13 +10,26 @@ checksum, so ``crc32c(b, crc32c(a)) == crc32c(a + b)``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from crc32c import crc32c as _crc32c
+
+from protocol._accel import speedups
 
 #: Anything exposing a contiguous byte buffer (``collections.abc.Buffer`` needs Python 3.12).
 BytesLike = bytes | bytearray | memoryview
 
 
-def crc32c(data: BytesLike, value: int = 0) -> int:
+def py_crc32c(data: BytesLike, value: int = 0) -> int:
     """Return the CRC-32C of ``data``, continuing from ``value`` (0 to start)."""
     result: int = _crc32c(data, value)
     return result
+
+
+_speedups = speedups()
+if TYPE_CHECKING:
+    crc32c = py_crc32c
+elif _speedups is not None:  # the C implementation, called without a Python frame
+    crc32c = _speedups.crc32c
+else:
+    crc32c = py_crc32c

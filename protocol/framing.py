@@ -34,10 +34,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from crc32c import crc32c as _crc32c
 
+from protocol._accel import speedups
 from protocol._pb import PulsarApi_pb2 as pb
 from protocol.errors import LocalProtocolError, RemoteProtocolError
 
@@ -157,10 +158,11 @@ class Frame:
     has_checksum: bool = False
 
 
-class FrameDecoder:
+class PyFrameDecoder:
     """Incremental decoder: ``feed`` bytes, then iterate to get every complete ``Frame``.
 
     Iteration stops when the buffer holds no complete frame; feed more and iterate again.
+    This is the reference; ``FrameDecoder`` (end of the module) is the compiled one when built.
     """
 
     __slots__ = ("_buffer", "_error", "_max_frame_size", "_offset")
@@ -342,3 +344,15 @@ def encode_payload_command(
         trailer = _MAGIC_U32.pack(MAGIC_CRC32C, _crc32c(entry))
         return b"".join((header, body, trailer, entry))
     return b"".join((_U32_PAIR.pack(size + 4 + len(entry), size), body, entry))
+
+
+# The compiled decoder (protocol/_accel.py) gives the same frames, errors and messages; only a
+# SEND it recognised carries, as ``command``, an object with ``type`` and ``send`` ready and the
+# rest of the ``BaseCommand`` API parsed from the command bytes on first use.
+_speedups = speedups()
+if TYPE_CHECKING:
+    FrameDecoder = PyFrameDecoder
+elif _speedups is not None:
+    FrameDecoder = _speedups.bind_framing(Frame, _decode_frame)
+else:
+    FrameDecoder = PyFrameDecoder

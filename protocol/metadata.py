@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
+from protocol._accel import speedups
 from protocol._pb import PulsarApi_pb2 as pb
 from protocol.errors import LocalProtocolError, RemoteProtocolError
 
@@ -80,8 +81,10 @@ _MAX_CHUNKS = 1 << 20
 _HAS_FIELD = pb.MessageMetadata.HasField
 
 
-class SendEntryChecker:
+class PySendEntryChecker:
     """Validates the entry of each SEND before anything is stored (one per connection).
+
+    The reference; ``SendEntryChecker`` (end of the module) is the compiled one when built.
 
     Accepted entries are exactly those ``parse_entry_metadata`` later reads without error, so
     nothing stored can block dispatch, readers or dedup replay. This runs for every SEND, so it
@@ -230,3 +233,12 @@ def _parse(entry: bytes | memoryview) -> tuple[pb.MessageMetadata, int]:
     if metadata.producer_name.__class__ is not str or metadata.partition_key.__class__ is not str:
         raise RemoteProtocolError("producer_name or partition_key is not valid UTF-8")
     return metadata, 4 + size
+
+
+_speedups = speedups()
+if TYPE_CHECKING:
+    SendEntryChecker = PySendEntryChecker
+elif _speedups is not None:
+    SendEntryChecker = _speedups.bind_metadata(PySendEntryChecker, ChunkInfo)
+else:
+    SendEntryChecker = PySendEntryChecker

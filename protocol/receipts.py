@@ -31,8 +31,9 @@ and read back as the signed value the codec's callers see (``protocol.ids.from_u
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
+from protocol._accel import speedups
 from protocol.framing import Frame, FrameDecoder
 from protocol.ids import from_u64
 
@@ -91,8 +92,11 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-class ReceiptEncoder:
-    """SEND_RECEIPT frames of one producer id (one per producer on a connection)."""
+class PyReceiptEncoder:
+    """SEND_RECEIPT frames of one producer id (one per producer on a connection).
+
+    The reference; ``ReceiptEncoder`` (below) is the compiled one when built.
+    """
 
     __slots__ = ("_ledger_id", "_ledger_part", "_producer_part")
 
@@ -131,6 +135,15 @@ class ReceiptEncoder:
         length = _ONE[size]  # at most 2 + 11 + 11 + 24 + 11 bytes: one varint byte
         body_size = 3 + len(length) + size
         return b"".join((_FRAME_HEADER(body_size + 4, body_size), _RECEIPT_PREFIX, length, sub))
+
+
+_speedups = speedups()
+if TYPE_CHECKING:
+    ReceiptEncoder = PyReceiptEncoder
+elif _speedups is not None:
+    ReceiptEncoder = _speedups.ReceiptEncoder
+else:
+    ReceiptEncoder = PyReceiptEncoder
 
 
 # --- reading ---------------------------------------------------------------------------------

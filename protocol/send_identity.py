@@ -10,6 +10,9 @@ refinement (an entry whose first id is not above the pushed mark).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from protocol._accel import speedups
 from protocol._pb import PulsarApi_pb2 as pb
 from protocol.batch import split_batch
 from protocol.errors import RemoteProtocolError
@@ -21,6 +24,7 @@ __all__ = [
     "highest_sequence_id",
     "of_metadata",
     "of_send",
+    "py_of_send",
 ]
 
 
@@ -43,7 +47,7 @@ def highest_sequence_id(sequence_id: int, stated_highest: int | None, num_messag
     return sequence_id + (num_messages if num_messages > 1 else 1) - 1
 
 
-def of_send(send: pb.CommandSend) -> tuple[int, int, int]:
+def py_of_send(send: pb.CommandSend) -> tuple[int, int, int]:
     """``(sequence_id, highest_sequence_id, num_messages)`` of a SEND (num_messages: 1 if absent).
 
     The highest id comes from the command, as Java's broker reads it (``highest_sequence_id``
@@ -100,3 +104,12 @@ def exact_batch_highest(entry: bytes, estimate: int) -> int:
         if seq > highest:
             highest = seq
     return highest
+
+
+_speedups = speedups()
+if TYPE_CHECKING:
+    of_send = py_of_send
+elif _speedups is not None:  # read off the fields the compiled decoder already walked
+    of_send = _speedups.bind_send_identity(py_of_send)
+else:
+    of_send = py_of_send

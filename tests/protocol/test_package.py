@@ -29,6 +29,9 @@ ALLOWED_TOP_LEVEL = {
 }
 # _generate.py is a build tool (it runs protoc), not part of the runtime codec.
 BUILD_TOOLS = {"_generate.py"}
+# _accel.py picks the compiled SEND path once per process: it reads MAGNETAR_PURE_PYTHON and
+# logs its choice, and does no other I/O.
+SEAMS = {"_accel.py": {"importlib", "logging", "os"}}
 
 
 def test_public_names_are_exported() -> None:
@@ -51,4 +54,5 @@ def test_runtime_modules_do_no_io() -> None:
             if path.name in BUILD_TOOLS
             else ALLOWED_TOP_LEVEL - {"argparse", "shutil", "sys", "pathlib", "grpc_tools"}
         )
+        allowed = allowed | SEAMS.get(path.name, set())
         assert imported <= allowed, f"{path.name} imports {sorted(imported - allowed)}"

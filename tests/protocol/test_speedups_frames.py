@@ -1,0 +1,227 @@
+"""The compiled FrameDecoder against the reference: same frames, values and errors.
+
+Generated streams of SEND frames (valid and malformed: every CommandSend field combination,
+fields out of order, repeated, of the wrong wire type, unknown, over-long varints; truncated
+frames, wrong sizes, bad CRCs, broker entry metadata; mixed with other commands), fed to both
+decoders in the same random chunks. Each frame must match field for field, including the
+dedup identity (``of_send``) the broker takes from it, and each error must have the same class
+and message, at the same place in the stream.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from protocol import _speedups, commands
+from protocol._pb import PulsarApi_pb2 as pb
+from protocol.checksum import py_crc32c
+from protocol.errors import RemoteProtocolError
+from protocol.framing import DEFAULT_MAX_FRAME_SIZE, PyFrameDecoder
+from protocol.send_identity import py_of_send
+from tests.protocol.speedups_wire import (
+    SEND_NAMES,
+    field_bytes,
+    fields_of,
+    frame_of,
+    ints,
+    outcomes,
+    varint,
+)
+
+SEND_FIELDS = {1: 0, 2: 0, 3: 0, 4: 0, 5: 0, 6: 0, 7: 0, 8: 0, 9: 2}
+MESSAGE_ID = pb.MessageIdData(ledgerId=3, entryId=4).SerializeToString()
+
+
+# --- generators -----------------------------------------------------------------------------
+
+
+@st.composite
+def send_bodies(draw: st.DrawFn) -> bytes:
+    """A CommandSend: the canonical protobuf encoding of random values, or hand-written fields."""
+    if draw(st.booleans()):
+        send = pb.CommandSend()
+        required = draw(st.integers(0, 9)) > 0  # mostly a complete command
+        for index, name in enumerate(SEND_NAMES[:8]):
+            if (required and index < 2) or draw(st.booleans()):
+                value = draw(ints)
+                if name in ("is_chunk", "marker"):
+                    setattr(send, name, bool(value))
+                elif name == "num_messages":
+                    send.num_messages = (value + (1 << 31)) % (1 << 32) - (1 << 31)
+                else:
+                    setattr(send, name, value % (1 << 64))
+        if draw(st.integers(0, 5)) == 0:
+            send.message_id.ledgerId = 1
+            if draw(st.booleans()):
+                send.message_id.entryId = 2
+        return send.SerializePartialToString()
+    lengths = st.one_of(st.just(MESSAGE_ID), st.binary(max_size=8))
+    head = b"" if draw(st.integers(0, 4)) == 0 else b"\x08\x01\x10\x02"
+    return head + draw(fields_of(SEND_FIELDS, lengths))
+
+
+@st.composite
+def commands_around(draw: st.DrawFn, body: bytes) -> bytes:
+    """The BaseCommand around a CommandSend: mostly ``type`` then ``send``, as clients write."""
+    shape = draw(st.integers(0, 19))
+    if shape == 0:  # send first, then type
+        return field_bytes(6, 2, body) + field_bytes(1, 0, 6)
+    if shape == 1:  # another type value, an over-long type varint, or no type at all
+        kind = draw(st.sampled_from([b"\x08\x07", b"\x08\x86\x00", b"\x08\xe7\x07", b""]))
+        return kind + field_bytes(6, 2, body)
+    if shape == 2:  # an unknown or repeated field of BaseCommand after the send
+        extra = draw(st.sampled_from([field_bytes(200, 0, 1), field_bytes(1, 0, 6), b"\x00"]))
+        return field_bytes(1, 0, 6) + field_bytes(6, 2, body) + extra
+    return field_bytes(1, 0, 6) + field_bytes(6, 2, body)
+
+
+@st.composite
+def metadata_entries(draw: st.DrawFn) -> bytes:
+    """``[metadataSize][metadata][payload]``; the size sometimes wrong, the entry short."""
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=draw(ints) % (1 << 64))
+    metadata.publish_time = 1
+    if draw(st.booleans()):
+        metadata.num_messages_in_batch = draw(st.integers(-2, 3))
+    raw = metadata.SerializePartialToString()
+    payload = draw(st.binary(max_size=16))
+    size = len(raw) + draw(st.sampled_from([0] * 12 + [1, -1, 1000]))
+    entry = struct.pack(">I", size % (1 << 32)) + raw + payload
+    return entry[: draw(st.sampled_from([len(entry)] * 12 + [3, 0]))]
+
+
+@st.composite
+def payload_sections(draw: st.DrawFn) -> bytes:
+    entry = draw(metadata_entries())
+    crc = py_crc32c(entry)
+    kind = draw(st.integers(0, 9))
+    if kind == 0:
+        return entry
+    if kind == 1:  # a bad checksum
+        return struct.pack(">HI", 0x0E01, crc ^ draw(st.integers(1, 0xFFFFFFFF))) + entry
+    if kind == 2:  # broker entry metadata (a MESSAGE thing) in front of the checksum
+        broker_metadata = draw(st.binary(max_size=6))
+        section = struct.pack(">HI", 0x0E02, len(broker_metadata)) + broker_metadata
+        return section + struct.pack(">HI", 0x0E01, crc) + entry
+    if kind == 3:  # a checksum and no entry behind it, or a bare magic
+        return struct.pack(">HI", 0x0E01, crc)[: draw(st.integers(2, 6))]
+    return struct.pack(">HI", 0x0E01, crc) + entry
+
+
+@st.composite
+def send_frames(draw: st.DrawFn) -> bytes:
+    command = draw(commands_around(draw(send_bodies())))
+    frame = frame_of(command, draw(payload_sections()))
+    mutation = draw(st.integers(0, 15))
+    if mutation == 0:  # a command size past the frame, or too small
+        size = draw(st.sampled_from([len(command) + 1, 0, 3, len(command) + 1000]))
+        frame = frame[:4] + struct.pack(">I", size) + frame[8:]
+    elif mutation == 1:  # a byte changed anywhere
+        at = draw(st.integers(0, len(frame) - 1))
+        frame = frame[:at] + bytes([frame[at] ^ draw(st.integers(1, 255))]) + frame[at + 1 :]
+    elif mutation == 2:  # a total size below the minimum
+        frame = struct.pack(">I", draw(st.integers(0, 3))) + frame[4:]
+    return frame
+
+
+other_frames = st.sampled_from(
+    [commands.ping(), commands.pong(), commands.flow(1, 100), commands.close_producer(1, 2)]
+)
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> tuple[list[bytes], int]:
+    """Frames as the socket delivers them: one stream cut into chunks at random places."""
+    frames = draw(st.lists(st.one_of(send_frames(), send_frames(), other_frames), max_size=4))
+    data = b"".join(frames)
+    if data and draw(st.integers(0, 4)) == 0:
+        data = data[: draw(st.integers(0, len(data) - 1))]  # the last frame incomplete
+    cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=4)))
+    chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+    limits = [DEFAULT_MAX_FRAME_SIZE] * 16 + [200, 8, 1 << 40]
+    return chunks, draw(st.sampled_from(limits))
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams())
+def test_same_frames_and_errors_on_generated_streams(stream: tuple[list[bytes], int]) -> None:
+    chunks, limit = stream
+    reference = outcomes(PyFrameDecoder(limit), chunks, py_of_send)
+    compiled = outcomes(_speedups.FrameDecoder(limit), chunks, _speedups.of_send)
+    assert compiled == reference
+
+
+def test_ordinary_sends_take_the_fast_path() -> None:
+    """The frames our builders write (as every client does) never reach the fallback."""
+    entry = b"\x00\x00\x00\x02\x0a\x00payload"
+    frames = [
+        commands.send(1, 2, entry),
+        commands.send(1, 2**64 - 1, entry, num_messages=5, highest_sequence_id=2**63),
+        commands.send(7, 0, entry, is_chunk=True, marker=True, checksum=False),
+    ]
+    decoder = _speedups.FrameDecoder()
+    decoder.feed(b"".join(frames))
+    decoded = list(decoder)
+    assert [type(frame.command) for frame in decoded] == [_speedups.SendCommand] * 3
+    assert [_speedups.of_send(frame.command.send) for frame in decoded] == [
+        (2, 2, 1),
+        (2**64 - 1, 2**64 - 1, 5),  # the stated highest is below the first id: the first wins
+        (0, 0, 1),
+    ]
+    assert decoded[2].command.send.is_chunk
+    assert not decoded[2].has_checksum
+
+
+def test_a_batch_at_the_top_of_the_id_space_does_not_wrap() -> None:
+    """first + n - 1 past 2**64 - 1 stays a Python int, as in the reference."""
+    frame = commands.send(1, 2**64 - 2, b"\x00\x00\x00\x00", num_messages=9)
+    decoder = _speedups.FrameDecoder()
+    decoder.feed(frame)
+    [decoded] = list(decoder)
+    assert _speedups.of_send(decoded.command.send) == (2**64 - 2, 2**64 + 6, 9)
+    reference = PyFrameDecoder()
+    reference.feed(frame)
+    assert py_of_send(next(reference).command.send) == (2**64 - 2, 2**64 + 6, 9)
+
+
+def test_the_rest_of_the_protobuf_api_still_answers() -> None:
+    """Code that reads more of a SEND than the broker does gets the parsed message."""
+    decoder = _speedups.FrameDecoder()
+    decoder.feed(commands.send(4, 5, b"\x00\x00\x00\x00", num_messages=2))
+    [frame] = list(decoder)
+    send: Any = frame.command.send
+    assert send.txnid_least_bits == 0
+    assert not send.HasField("message_id")
+    assert send.message_id.ledgerId == 0  # not a fast field: from the parsed command
+    assert frame.command.WhichOneof is not None
+    reference = PyFrameDecoder()
+    reference.feed(commands.send(4, 5, b"\x00\x00\x00\x00", num_messages=2))
+    assert frame.command == next(reference).command
+    assert "producer_id: 4" in repr(send)
+
+
+def test_a_varint_past_64_bits_is_left_to_the_reference() -> None:
+    body = b"\x08\x01\x10" + b"\xff" * 10 + b"\x01"  # sequence_id of 11 bytes: corrupt
+    frame = frame_of(field_bytes(1, 0, 6) + field_bytes(6, 2, body), b"\x00\x00\x00\x00")
+    errors = []
+    for decoder in (PyFrameDecoder(), _speedups.FrameDecoder()):
+        decoder.feed(frame)
+        try:
+            next(decoder)
+        except RemoteProtocolError as exc:
+            errors.append(str(exc))
+    assert len(errors) == 2
+    assert errors[0] == errors[1]
+    assert "cannot parse BaseCommand" in errors[0]
+
+
+def test_over_long_tags_and_values_match() -> None:
+    """An over-long varint is still the same number to upb; both give the same frame."""
+    body = b"\x88\x80\x00\x01" + b"\x10" + varint(9, pad=3)  # tag of field 1 in 3 bytes
+    frame = frame_of(field_bytes(1, 0, 6) + field_bytes(6, 2, body), b"\x00\x00\x00\x00")
+    assert outcomes(_speedups.FrameDecoder(), [frame], _speedups.of_send) == outcomes(
+        PyFrameDecoder(), [frame], py_of_send
+    )

@@ -1,0 +1,133 @@
+"""The compiled SendEntryChecker against the reference: same chunk facts, same errors.
+
+Entries carry generated ``MessageMetadata``: every field, set or not, through protobuf's
+serializer, or hand-written (any order, repeated, wrong wire types, unknown fields, groups,
+names that are not UTF-8, properties that do or do not parse, chunk fields in and out of range),
+and a ``num_messages`` that agrees with the batch size or not.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from protocol import _speedups
+from protocol._pb import PulsarApi_pb2 as pb
+from protocol.errors import RemoteProtocolError
+from protocol.metadata import ChunkInfo, PySendEntryChecker
+from tests.protocol.speedups_wire import field_bytes, fields_of, ints, texts
+
+# MessageMetadata field number -> wire type (PulsarApi.proto).
+METADATA_FIELDS = {
+    **dict.fromkeys([1, 4, 5, 6, 7, 13, 14, 15, 16, 18, 26], 2),
+    **dict.fromkeys([2, 3, 8, 9, 11, 12, 17, 19, 20, 22, 23, 24, 25, 27, 28, 29, 30], 0),
+}
+SMALL = st.sampled_from([0, 1, 2, 3, 5, -1, (1 << 20), (1 << 20) + 1, 1 << 32])
+KEY_VALUE = pb.KeyValue(key="k", value="v").SerializeToString()
+
+
+@st.composite
+def canonical_metadata(draw: st.DrawFn) -> bytes:
+    """protobuf's own encoding of random values (required fields mostly present)."""
+    md = pb.MessageMetadata()
+    if draw(st.integers(0, 9)):
+        md.producer_name = draw(st.sampled_from(["p", "producer-1", "\u00e9", ""]))
+    if draw(st.integers(0, 9)):
+        md.sequence_id = draw(ints) % (1 << 64)
+    if draw(st.integers(0, 9)):
+        md.publish_time = 1_700_000_000_000
+    if draw(st.integers(0, 3)) == 0:
+        md.num_messages_in_batch = draw(SMALL) % (1 << 31)
+    if draw(st.booleans()):
+        md.partition_key = draw(st.sampled_from(["", "key", "\u00fc"]))
+    if draw(st.integers(0, 3)) == 0:
+        md.num_chunks_from_msg = draw(st.one_of(st.just(3), SMALL)) % (1 << 31)
+        md.chunk_id = draw(st.one_of(st.just(1), SMALL)) % (1 << 31)
+        md.total_chunk_msg_size = 10
+        if draw(st.integers(0, 4)):
+            md.uuid = draw(st.sampled_from(["p-1-2", "", "\u00e9"]))
+    for _ in range(draw(st.integers(0, 2))):
+        md.properties.add(key="k", value=draw(st.sampled_from(["", "v"])))
+    if draw(st.integers(0, 9)) == 0:
+        md.encryption_keys.add(key="k", value=b"v")
+    if draw(st.booleans()):
+        md.ordering_key = b"ok"
+        md.deliver_at_time = 5
+        md.event_time = 3
+        md.compression = draw(st.sampled_from([0, 1, 4]))
+        md.highest_sequence_id = 9
+        md.replicate_to.append("r")
+        md.schema_version = b"\x00\x01"
+        md.marker_type = 1
+        md.txnid_least_bits = 2
+        md.txnid_most_bits = 3
+    return md.SerializePartialToString()
+
+
+@st.composite
+def hand_written_metadata(draw: st.DrawFn) -> bytes:
+    """Fields written one by one, after (mostly) the three required ones."""
+    head = b""
+    if draw(st.integers(0, 5)):
+        head = field_bytes(1, 2, draw(texts)) + field_bytes(2, 0, 1) + field_bytes(3, 0, 1)
+    nested = st.one_of(
+        st.just(KEY_VALUE),
+        st.just(b"\x0b\x0c"),
+        st.just(b"\x0a\x05k"),
+        texts,
+        st.binary(max_size=6),
+    )
+    return head + draw(fields_of(METADATA_FIELDS, nested))
+
+
+@st.composite
+def entries(draw: st.DrawFn) -> tuple[Any, Any]:
+    metadata = draw(st.one_of(canonical_metadata(), hand_written_metadata()))
+    size = len(metadata) + draw(st.sampled_from([0] * 10 + [1, -1, 1 << 31]))
+    entry = struct.pack(">I", size % (1 << 32)) + metadata + draw(st.binary(max_size=8))
+    entry = entry[: draw(st.sampled_from([len(entry)] * 10 + [0, 3, 5]))]
+    kind = draw(st.integers(0, 19))
+    shaped: Any = bytearray(entry) if kind == 0 else memoryview(entry) if kind == 1 else entry
+    num_messages = draw(st.sampled_from([1] * 12 + [2, 0, -1, 1 << 63, (1 << 32) + 1, True]))
+    return shaped, num_messages
+
+
+def verdict(checker: Any, entry: Any, num_messages: Any) -> Any:
+    try:
+        return checker.check(entry, num_messages)
+    except RemoteProtocolError as exc:
+        return (type(exc), str(exc))
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(entries(), min_size=1, max_size=4))
+def test_same_verdicts_on_generated_entries(cases: list[tuple[Any, Any]]) -> None:
+    # One checker per side for the whole list: the reference reuses its message between calls.
+    reference, compiled = PySendEntryChecker(), _speedups.SendEntryChecker()
+    for entry, num_messages in cases:
+        assert verdict(compiled, entry, num_messages) == verdict(reference, entry, num_messages)
+
+
+def _entry(md: pb.MessageMetadata) -> bytes:
+    raw = md.SerializeToString()
+    return struct.pack(">I", len(raw)) + raw + b"payload"
+
+
+def test_chunk_facts() -> None:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=2, uuid="p-0-1")
+    md.num_chunks_from_msg, md.chunk_id = 3, 2
+    assert _speedups.SendEntryChecker().check(_entry(md), 1) == ChunkInfo("p-0-1", 2, 3)
+    md.num_chunks_from_msg = 0
+    assert _speedups.SendEntryChecker().check(_entry(md), 1) is None
+
+
+def test_errors_come_with_the_reference_message() -> None:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=2)
+    md.num_messages_in_batch = 3
+    message = "num_messages_in_batch 3 contradicts the SEND's num_messages 2"
+    with pytest.raises(RemoteProtocolError, match=f"^{message}$"):
+        _speedups.SendEntryChecker().check(_entry(md), 2)

@@ -1,0 +1,61 @@
+"""The compiled ReceiptEncoder and CRC-32C against the reference, on generated values."""
+
+from __future__ import annotations
+
+import crc32c as package
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol import _speedups
+from protocol.checksum import py_crc32c
+from protocol.receipts import PyReceiptEncoder
+from tests.protocol.speedups_wire import EDGE_INTS
+
+# Ids as callers pass them: uint64 wire values, signed ones (-1 for a duplicate's message id),
+# and values past 64 bits (written mod 2**64 by both).
+ids = st.one_of(
+    st.sampled_from([*EDGE_INTS, -1, -2, -(1 << 63), 1 << 64, (1 << 70) + 3]),
+    st.integers(-(1 << 63), (1 << 64) - 1),
+    st.integers(0, 1 << 30),
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(ids, st.lists(st.tuples(ids, ids, ids, ids), min_size=1, max_size=5))
+def test_same_receipt_bytes(producer_id: int, receipts: list[tuple[int, int, int, int]]) -> None:
+    # One encoder per side for the list: the reference caches the ledger's bytes between calls.
+    reference, compiled = PyReceiptEncoder(producer_id), _speedups.ReceiptEncoder(producer_id)
+    for sequence_id, ledger_id, entry_id, highest in receipts:
+        expected = reference.receipt(sequence_id, ledger_id, entry_id, highest)
+        assert compiled.receipt(sequence_id, ledger_id, entry_id, highest) == expected
+
+
+def test_the_check_value() -> None:
+    assert _speedups.crc32c(b"123456789") == 0xE3069283
+    assert _speedups.crc32c_tables(b"123456789") == 0xE3069283
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, 0xFFFFFFFF), st.integers(0, 300))
+def test_same_crc_as_the_package(data: bytes, value: int, cut: int) -> None:
+    """Both C paths (the instruction where the CPU has it, and the tables), continued or not."""
+    expected = package.crc32c(data, value)
+    assert _speedups.crc32c(data, value) == expected == py_crc32c(data, value)
+    assert _speedups.crc32c_tables(data, value) == expected
+    head, tail = data[:cut], data[cut:]
+    assert _speedups.crc32c(memoryview(tail), _speedups.crc32c(bytearray(head))) == (
+        package.crc32c(data)
+    )
+
+
+def test_odd_arguments_get_the_package_verdict() -> None:
+    for data, value in (("text", 0), (b"x", -1), (b"x", 1 << 32), (memoryview(b"abcd")[::2], 0)):
+        try:
+            expected: object = package.crc32c(data, value)
+        except Exception as exc:
+            expected = type(exc)
+        try:
+            got: object = _speedups.crc32c(data, value)
+        except Exception as exc:
+            got = type(exc)
+        assert got == expected, (data, value)
