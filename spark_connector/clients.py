@@ -5,6 +5,10 @@ pickled to executors, so they never hold a client: ``read()``/``write()`` (and t
 stream reader's planning methods) call ``shared_client`` there. Spark reuses its Python workers
 across tasks, so the client (its loop thread and connections) is reused too. A forked worker
 gets a fresh one: the cache is keyed by process id as well.
+
+The options are the typed keyword arguments ``client_options`` made; ``authentication`` is an
+``AuthSpec`` (a plain value the options can carry to executors), built into the client's
+``Authentication`` here, in the process that opens the client.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import threading
 from typing import Any
 
 from client.sync import Client
+from spark_connector.auth import AuthSpec
 
 __all__ = ["partition_topics", "shared_client"]
 
@@ -28,7 +33,11 @@ def shared_client(service_url: str, options: dict[str, Any] | None = None) -> Cl
     with _lock:
         found = _clients.get(key)
         if found is None:
-            found = Client(service_url, **(options or {}))
+            kwargs = dict(options or {})
+            auth = kwargs.get("authentication")
+            if isinstance(auth, AuthSpec):
+                kwargs["authentication"] = auth.build()
+            found = Client(service_url, **kwargs)
             _clients[key] = found
         return found
 

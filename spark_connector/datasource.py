@@ -11,9 +11,10 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
+from spark_connector.option_table import parse_bool
 from spark_connector.options import SinkOptions, SourceOptions, order_columns, sink_column_plan
 from spark_connector.sink import BatchWriter, StreamWriter
-from spark_connector.source import SOURCE_SCHEMA, BatchReader, StreamReader
+from spark_connector.source import BatchReader, StreamReader, source_schema
 
 __all__ = ["DedupTopicDataSource"]
 
@@ -33,7 +34,9 @@ class DedupTopicDataSource(DataSource):
         return "dedup-topic"
 
     def schema(self) -> str:
-        return SOURCE_SCHEMA
+        # Only ``includeHeaders`` shapes the schema; every option is checked by the reader.
+        raw = self.options.get("includeHeaders")
+        return source_schema(raw is not None and parse_bool("includeHeaders", raw))
 
     def reader(self, schema: StructType) -> BatchReader:
         return BatchReader(SourceOptions.parse(self.options))

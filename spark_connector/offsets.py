@@ -14,8 +14,14 @@ A source offset is::
   equal offset with another key order looks like new data (an empty micro-batch per trigger).
 
 ``startingOffsets``/``endingOffsets`` take ``earliest``, ``latest`` or JSON
-``{"topic": {"0": spec}}`` (short topic names completed, as everywhere) where ``spec`` is -2
-(earliest), -1 (latest), a packed ``offset`` column value, or a position object.
+``{"topic": {"0": spec}}`` (short topic names completed, as everywhere; Kafka's form) where
+``spec`` is -2 (earliest), -1 (latest), a packed ``offset`` column value (what this connector
+calls an offset: the source's ``offset`` column, naming one message), or a position object; or
+pulsar-spark's form ``{"topic": [8, 11, 16, 101, ...]}``: a serialized message id per topic (its
+partition field names the partition), read from that message on (inclusive).
+
+The ``...ByTimestamp`` options give ``{"topic": {"0": millis}}`` and ``startingTimestamp`` one
+time for every partition: an ``AtTime`` spec, the first message published at or after it.
 """
 
 from __future__ import annotations
@@ -24,22 +30,36 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_connector.options import canonical_topic
+from client.message_id import MessageId
+from spark_connector.option_table import OptionError
 from spark_connector.positions import EARLIEST, Position
+from spark_connector.topics import canonical_topic
 
 __all__ = [
     "ALL_PARTITIONS",
     "EARLIEST_SPEC",
     "LATEST_SPEC",
+    "AtTime",
     "OffsetSpec",
     "SourceOffset",
     "canonical",
     "parse_offset_specs",
+    "parse_time_specs",
 ]
 
 EARLIEST_SPEC = "earliest"
 LATEST_SPEC = "latest"
-OffsetSpec = Position | str  # a position, or "earliest"/"latest" to resolve against the broker
+
+
+@dataclass(frozen=True)
+class AtTime:
+    """The first message published at or after ``millis`` (ms since the epoch)."""
+
+    millis: int
+
+
+# A position, "earliest"/"latest" or a publish time, to resolve against the broker.
+OffsetSpec = Position | str | AtTime
 VERSION = 1
 
 
@@ -135,10 +155,86 @@ def parse_offset_specs(text: str, default_topics: list[str]) -> dict[str, dict[i
         raise ValueError(f'offsets JSON must be an object {{"topic": {{"0": offset}}}}: {text}')
     specs: dict[str, dict[int, OffsetSpec]] = {}
     for topic, parts in value.items():
+        if isinstance(parts, list):
+            partition, spec = _serialized_id(topic, parts)
+            specs.setdefault(canonical_topic(topic), {})[partition] = spec
+            continue
         if not isinstance(parts, dict):
             raise ValueError(f"offsets of {topic!r} must be an object of partitions: {parts!r}")
-        specs[canonical_topic(topic)] = {int(part): _spec(raw) for part, raw in parts.items()}
+        specs[canonical_topic(topic)] = {
+            _partition(part): _spec(raw) for part, raw in parts.items()
+        }
     return specs
+
+
+def _partition(text: str) -> int:
+    try:
+        partition = int(text)
+    except ValueError:
+        partition = -1
+    if partition < 0:
+        raise ValueError(f"partition {text!r} is not a partition index")
+    return partition
+
+
+_LATEST_LEDGER = (1 << 63) - 1
+
+
+def _serialized_id(topic: str, raw: list[Any]) -> tuple[int, OffsetSpec]:
+    """pulsar-spark's ``MessageId.toByteArray`` as JSON (Java's signed bytes):
+    ``(partition, spec)``; a non-partitioned topic's id has partition -1, read as 0."""
+    if not all(isinstance(b, int) and not isinstance(b, bool) and -128 <= b < 256 for b in raw):
+        raise ValueError(f"offset of {topic!r} is not a serialized message id (bytes): {raw!r}")
+    try:
+        mid = MessageId.deserialize(bytes(b & 0xFF for b in raw))
+    except Exception as exc:
+        raise ValueError(f"offset of {topic!r} is not a serialized message id: {exc}") from None
+    partition = max(mid.partition(), 0)
+    if mid.ledger_id() < 0:
+        return partition, EARLIEST_SPEC
+    if mid.ledger_id() == _LATEST_LEDGER:
+        return partition, LATEST_SPEC
+    return partition, Position.of_message(mid.ledger_id(), mid.entry_id(), mid.batch_index())
+
+
+def parse_time_specs(
+    name: str, text: str, default_topics: list[str], *, per_partition: bool
+) -> dict[str, dict[int, OffsetSpec]]:
+    """``startingTimestamp`` (``per_partition`` False: one time, every partition) or a
+    ``...OffsetsByTimestamp`` JSON ``{"topic": {"0": millis}}``.
+
+    Raises:
+        OptionError: naming ``name``, for a value of neither form.
+    """
+    if not per_partition:
+        at = AtTime(_millis(name, text.strip()))
+        return {topic: {ALL_PARTITIONS: at} for topic in default_topics}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OptionError(f"option {name!r} is not valid JSON ({exc}): {text!r}") from None
+    if not isinstance(value, dict) or not all(isinstance(p, dict) for p in value.values()):
+        raise OptionError(f'option {name!r} must be {{"topic": {{"0": millis}}}}, not {text!r}')
+    try:
+        return {
+            canonical_topic(topic): {
+                _partition(part): AtTime(_millis(name, raw)) for part, raw in parts.items()
+            }
+            for topic, parts in value.items()
+        }
+    except ValueError as exc:
+        raise OptionError(f"option {name!r}: {exc}") from None
+
+
+def _millis(name: str, raw: Any) -> int:
+    if isinstance(raw, str):
+        try:
+            raw = int(raw, 10)
+        except ValueError:
+            pass
+    if not isinstance(raw, int) or isinstance(raw, bool) or raw < 0:
+        raise OptionError(f"option {name!r}: {raw!r} is not a time in ms since the epoch")
+    return raw
 
 
 def _spec(raw: Any) -> OffsetSpec:

@@ -1,22 +1,14 @@
-"""Options of ``format("dedup-topic")``: parsed once, validated with messages naming the option.
+"""Options of ``format("dedup-topic")``: parsed once, typed, validated with messages naming
+the option.
 
 Pure code (no I/O, no pyspark). Spark hands options over as a case-insensitive mapping whose keys
 are lower-cased and whose values are all strings; ``normalize`` makes that a plain lower-cased
-dict, so every lookup here uses lower-case names. Names follow the StreamNative pulsar-spark
-connector; the Kafka connector's names are accepted as aliases (``subscribe``,
-``subscribePattern``, ``predefinedSubscription``).
-
-Source options: ``service.url`` (required); exactly one of ``topic``, ``topics`` (csv),
-``topicsPattern`` (Python regex on full topic names of the pattern's namespace);
-``startingOffsets``, ``endingOffsets`` (batch), ``maxOffsetsPerTrigger``, ``failOnDataLoss``,
-``subscriptionName``, ``pollTimeoutMs``, ``client.*``.
-
-Sink options: ``service.url`` (required), ``topic``, ``exactlyOnce``, ``producerNamePrefix``,
-``writeId`` (batch writes, and each write of a ``foreachBatch``), ``sendTimeoutMs``,
-``maxPendingMessages``, ``producerBusyTimeoutMs``, ``batchingEnabled``, ``batchingMaxMessages``,
-``batchingMaxBytes``, ``exactlyOnce.orderBy`` (columns ordering a task's rows, ``row_order``),
-``exactlyOnce.sortBufferBytes``, ``brokerDeduplicationProducerInactivityTimeoutMinutes``
-(``replay_age``), ``checkpointLocation`` (Spark's, read by the sink), ``client.*``.
+dict with other connectors' names resolved to ours (``option_table.ALIASES``: Kafka's
+``subscribe``, ``subscribePattern``; pulsar-spark's ``predefinedSubscription``,
+``maxEntriesPerTrigger``, ``startingTime``...). An option no table knows is an error with a
+did-you-mean (``option_table``); ``client.*``/``pulsar.client.*``, ``pulsar.reader.*`` and
+``pulsar.producer.*`` go through ``client_options``; ``authPluginClassName``/``authParams``
+through ``auth``. The README's Spark section has the table of every option and its meaning.
 
 ``testing.faultDir`` is for the connector's own tests only (``faults``).
 """
@@ -28,7 +20,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.topic_name import InvalidTopicNameError, TopicName
+from spark_connector.client_options import client_kwargs, producer_aliases, reader_kwargs
+from spark_connector.offsets import parse_offset_specs, parse_time_specs
+from spark_connector.option_table import (
+    ALIASES,
+    SINK,
+    SOURCE,
+    OptionError,
+    check_known,
+    parse_bool,
+    parse_float,
+    parse_int,
+    parse_json,
+)
+from spark_connector.topics import canonical_topic
 
 __all__ = [
     "OptionError",
@@ -40,16 +45,9 @@ __all__ = [
     "sink_column_plan",
 ]
 
-_ALIASES = {
-    "subscribe": "topics",
-    "subscribepattern": "topicspattern",
-    "predefinedsubscription": "subscriptionname",
-}
-_CLIENT_PREFIX = "client."
-
-
-class OptionError(ValueError):
-    """A missing, conflicting or malformed option of the ``dedup-topic`` data source."""
+_TOPIC_OPTIONS = ("topic", "topics", "topicspattern", "assign")
+_STARTS = ("startingtimestamp", "startingoffsetsbytimestamp", "startingoffsets")
+_ENDS = ("endingtimestamp", "endingoffsetsbytimestamp", "endingoffsets")
 
 
 def normalize(options: Mapping[str, str]) -> dict[str, str]:
@@ -61,61 +59,21 @@ def normalize(options: Mapping[str, str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in options.items():
         name = key.lower()
-        name = _ALIASES.get(name, name)
+        name = ALIASES.get(name, name)
         if name in out:
             raise OptionError(f"option {name!r} given twice (through an alias?)")
         out[name] = value
     return out
 
 
-def canonical_topic(name: str) -> str:
-    """The full name of a topic (``x`` -> ``persistent://public/default/x``).
-
-    Raises:
-        OptionError: not a valid topic name.
-    """
-    try:
-        return TopicName.parse(name.strip()).full_name
-    except InvalidTopicNameError as exc:
-        raise OptionError(f"invalid topic name {name!r}: {exc}") from None
-
-
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raw = options.get(name)
-    if raw is None:
-        return default
-    value = raw.strip().lower()
-    if value in ("true", "1", "yes"):
-        return True
-    if value in ("false", "0", "no"):
-        return False
-    raise OptionError(f"option {name!r} must be true or false, not {raw!r}")
+    return default if raw is None else parse_bool(name, raw)
 
 
 def _int(options: Mapping[str, str], name: str, default: int | None, minimum: int) -> int | None:
     raw = options.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise OptionError(f"option {name!r} must be an integer, not {raw!r}") from None
-    if value < minimum:
-        raise OptionError(f"option {name!r} must be >= {minimum}, not {value}")
-    return value
-
-
-def _minutes(options: Mapping[str, str], name: str, default: float) -> float:
-    raw = options.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        raise OptionError(f"option {name!r} must be a number of minutes, not {raw!r}") from None
-    if not value >= 0:
-        raise OptionError(f"option {name!r} must be >= 0, not {raw!r}")
-    return value
+    return default if raw is None else parse_int(name, raw, minimum)
 
 
 def _required_int(options: Mapping[str, str], name: str, default: int, minimum: int) -> int:
@@ -131,18 +89,73 @@ def _service_url(options: Mapping[str, str]) -> str:
     return url
 
 
-def _client_options(options: Mapping[str, str]) -> dict[str, Any]:
-    """``client.<name>`` options, passed to ``client.sync.Client`` (numbers parsed)."""
-    out: dict[str, Any] = {}
-    for key, raw in options.items():
-        if key.startswith(_CLIENT_PREFIX):
-            value: Any = raw
-            try:
-                value = float(raw) if "." in raw else int(raw)
-            except ValueError:
-                pass
-            out[key[len(_CLIENT_PREFIX) :]] = value
+def _admin_url(options: Mapping[str, str]) -> str | None:
+    url = options.get("admin.url", "").strip()
+    if url and not re.match(r"https?://", url):
+        raise OptionError(f"option 'admin.url' must be an http(s):// URL, not {url!r}")
+    return url.rstrip("/") or None
+
+
+def _assign(raw: str) -> dict[str, tuple[int, ...]]:
+    """Kafka's ``assign``: JSON ``{"topic": [0, 1]}``."""
+    value = parse_json("assign", raw)
+    if not isinstance(value, dict) or not value:
+        raise OptionError(f"option 'assign' must be {{\"topic\": [0, 1]}}, not {raw!r}")
+    out = {}
+    for topic, parts in value.items():
+        if not isinstance(parts, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in parts
+        ):
+            raise OptionError(f"option 'assign': partitions of {topic!r} must be a list of ints")
+        out[canonical_topic(topic)] = tuple(sorted(set(parts)))
     return out
+
+
+def _topics(options: Mapping[str, str]) -> tuple[tuple[str, ...], str | None, dict[str, Any]]:
+    """``(topics, pattern, assignment)`` from exactly one of the topic options."""
+    given = [name for name in _TOPIC_OPTIONS if options.get(name)]
+    if len(given) != 1:
+        raise OptionError(
+            "exactly one of 'topic', 'topics' (alias 'subscribe'), 'topicsPattern' "
+            f"(alias 'subscribePattern') or 'assign' is required; given: {given or 'none'}"
+        )
+    if given[0] == "topicspattern":
+        pattern = options["topicspattern"]
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise OptionError(f"option 'topicsPattern' is not a regex: {exc}") from None
+        return (), pattern, {}
+    if given[0] == "assign":
+        assignment = _assign(options["assign"])
+        return tuple(sorted(assignment)), None, assignment
+    names = options[given[0]].split(",") if given[0] == "topics" else [options["topic"]]
+    topics = tuple(sorted({canonical_topic(n) for n in names if n.strip()}))
+    if not topics:
+        raise OptionError(f"option {given[0]!r} names no topic")
+    return topics, None, {}
+
+
+def _one_of(options: Mapping[str, str], names: tuple[str, ...]) -> str | None:
+    """The one of ``names`` given (Kafka ranks them silently; two at once is an error here)."""
+    given = [name for name in names if options.get(name) is not None]
+    if len(given) > 1:
+        raise OptionError(f"give only one of {', '.join(repr(n) for n in given)}")
+    return given[0] if given else None
+
+
+def _check_position_option(options: Mapping[str, str], name: str | None) -> None:
+    """Parse a start/end option now, so a bad value fails at planning (topics not needed)."""
+    if name is None:
+        return
+    raw = options[name]
+    if name.endswith("offsets"):
+        try:
+            parse_offset_specs(raw, [])
+        except ValueError as exc:
+            raise OptionError(f"option {name!r}: {exc}") from None
+    else:
+        parse_time_specs(name, raw, [], per_partition=name.endswith("bytimestamp"))
 
 
 @dataclass(frozen=True)
@@ -150,49 +163,53 @@ class SourceOptions:
     service_url: str
     topics: tuple[str, ...] = ()
     topics_pattern: str | None = None
-    starting_offsets: str | None = None
-    ending_offsets: str = "latest"
+    assign: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    starting: tuple[str, str] | None = None  # (option name, value): which form, what
+    ending: tuple[str, str] | None = None
+    timestamp_strategy: str = "error"
     max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
+    include_headers: bool = False
     fail_on_data_loss: bool = True
     subscription_name: str | None = None
     poll_timeout_ms: int = 120_000
+    admin_url: str | None = None
     client_options: dict[str, Any] = field(default_factory=dict)
+    reader_options: dict[str, Any] = field(default_factory=dict)
     fault_dir: str | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> SourceOptions:
         """Raises: OptionError."""
         options = normalize(raw)
-        given = [name for name in ("topic", "topics", "topicspattern") if options.get(name)]
-        if len(given) != 1:
+        check_known(options, SOURCE, "source")
+        topics, pattern, assignment = _topics(options)
+        start, end = _one_of(options, _STARTS), _one_of(options, _ENDS)
+        _check_position_option(options, start)
+        _check_position_option(options, end)
+        strategy = options.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+        if strategy not in ("error", "latest"):
             raise OptionError(
-                "exactly one of 'topic', 'topics' (alias 'subscribe') or 'topicsPattern' "
-                f"(alias 'subscribePattern') is required; given: {given or 'none'}"
+                f"option 'startingOffsetsByTimestampStrategy' must be error or latest, "
+                f"not {strategy!r}"
             )
-        topics: tuple[str, ...] = ()
-        pattern = None
-        if given[0] == "topicspattern":
-            pattern = options["topicspattern"]
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise OptionError(f"option 'topicsPattern' is not a regex: {exc}") from None
-        else:
-            names = options[given[0]].split(",") if given[0] == "topics" else [options["topic"]]
-            topics = tuple(sorted({canonical_topic(n) for n in names if n.strip()}))
-            if not topics:
-                raise OptionError(f"option {given[0]!r} names no topic")
         return cls(
             service_url=_service_url(options),
             topics=topics,
             topics_pattern=pattern,
-            starting_offsets=options.get("startingoffsets"),
-            ending_offsets=options.get("endingoffsets", "latest"),
+            assign=assignment,
+            starting=(start, options[start]) if start else None,
+            ending=(end, options[end]) if end else None,
+            timestamp_strategy=strategy,
             max_offsets_per_trigger=_int(options, "maxoffsetspertrigger", None, 1),
+            min_partitions=_int(options, "minpartitions", None, 1),
+            include_headers=_bool(options, "includeheaders", False),
             fail_on_data_loss=_bool(options, "failondataloss", True),
             subscription_name=options.get("subscriptionname") or None,
             poll_timeout_ms=_required_int(options, "polltimeoutms", 120_000, 1),
-            client_options=_client_options(options),
+            admin_url=_admin_url(options),
+            client_options=client_kwargs(options),
+            reader_options=reader_kwargs(options),
             fault_dir=options.get("testing.faultdir"),
         )
 
@@ -233,15 +250,18 @@ class SinkOptions:
     batching_max_bytes: int = 128 * 1024
     order_by: tuple[str, ...] = ()
     sort_buffer_bytes: int = 32 * 1024 * 1024
+    compression_type: str = "none"  # none, lz4, zlib, zstd, snappy (sink.COMPRESSION)
     dedup_timeout_minutes: float = 360.0
     checkpoint_location: str | None = None
     client_options: dict[str, Any] = field(default_factory=dict)
+    admin_url: str | None = None
     fault_dir: str | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> SinkOptions:
         """Raises: OptionError."""
-        options = normalize(raw)
+        options = producer_aliases(normalize(raw))
+        check_known(options, SINK, "sink")
         topic = options.get("topic")
         prefix = options.get("producernameprefix", "spark")
         if not re.fullmatch(r"[A-Za-z0-9._-]+", prefix):
@@ -266,13 +286,40 @@ class SinkOptions:
             sort_buffer_bytes=_required_int(
                 options, "exactlyonce.sortbufferbytes", 32 * 1024 * 1024, 1
             ),
-            dedup_timeout_minutes=_minutes(
-                options, "brokerdeduplicationproducerinactivitytimeoutminutes", 360.0
-            ),
+            compression_type=_compression(options),
+            dedup_timeout_minutes=_minutes(options),
             checkpoint_location=options.get("checkpointlocation") or None,
-            client_options=_client_options(options),
+            client_options=client_kwargs(options),
+            admin_url=_admin_url(options),
             fault_dir=options.get("testing.faultdir"),
         )
+
+
+_COMPRESSION_TYPES = ("none", "lz4", "zlib", "zstd", "snappy")
+
+
+def _compression(options: Mapping[str, str]) -> str:
+    """``compressionType`` (pulsar-spark: ``pulsar.producer.compressionType``), lower-cased."""
+    raw = options.get("compressiontype", "none").strip().lower()
+    if raw not in _COMPRESSION_TYPES:
+        raise OptionError(
+            f"option 'compressionType' must be one of {', '.join(_COMPRESSION_TYPES)}, not {raw!r}"
+        )
+    return raw
+
+
+def _minutes(options: Mapping[str, str]) -> float:
+    name = "brokerdeduplicationproducerinactivitytimeoutminutes"
+    raw = options.get(name)
+    if raw is None:
+        return 360.0
+    try:
+        return parse_float(name, raw, 0)
+    except OptionError:
+        raise OptionError(
+            f"option 'brokerDeduplicationProducerInactivityTimeoutMinutes' must be a number "
+            f"of minutes >= 0, not {raw!r}"
+        ) from None
 
 
 def order_columns(fields: list[tuple[str, str]], order_by: tuple[str, ...]) -> tuple[int, ...]:

@@ -157,6 +157,12 @@ class ReplayGuard:
         self._expected[stored_index] = _Expected(topic, stored, last_sequence_id)
         self.check(index, topic, row)
 
+    @property
+    def expecting(self) -> bool:
+        """Whether a row is still to be compared (the write loop builds a ``SinkRow`` for
+        ``check`` only then)."""
+        return bool(self._expected)
+
     def check(self, index: int, topic: str, row: SinkRow) -> None:
         """Before row ``index`` is queued for ``topic``.
 

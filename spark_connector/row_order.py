@@ -3,81 +3,111 @@
 The sink numbers a task's rows to make their sequence ids, so a recomputed task must number the
 same rows alike. Spark does not promise the order of a recomputed partition: after a shuffle a
 retried task fetches the map outputs in another order. So the sink sorts the rows first, by
-``sort_key``: the ordering columns (the source position ``topic``, ``partition``, ``offset`` when
-the input comes from a ``dedup-topic`` source, which also keeps the source's order; or the
-columns of ``exactlyOnce.orderBy``), then everything the row sends (value, key, topic,
-partition, event time, properties). Two rows with equal keys send the same message, so their
-relative order changes nothing: the numbering is a pure function of the multiset of rows.
+the ordering columns (the source position ``topic``, ``partition``, ``offset`` when the input
+comes from a ``dedup-topic`` source, which also keeps the source's order; or the columns of
+``exactlyOnce.orderBy``), then everything the row sends (value, key, topic, partition, event
+time, properties). Two rows with equal keys send the same message, so their relative order
+changes nothing: the numbering is a pure function of the multiset of rows.
 
-Rows are buffered up to a memory bound (estimated bytes); past it, the sorted buffer is pickled
-to a temporary file (a *run*) in Spark's local directory, and the runs are merged at the end
-(``heapq.merge``), so a task larger than memory is sorted with bounded memory.
+The sort runs on Arrow columns (``pyarrow.compute.sort_indices``, nulls first), not on Python
+objects. Columns Arrow cannot sort (maps, lists, structs) are first turned into bytes that
+stand for their value (``_canonical``); timestamps and dates sort as their integers.
+
+Rows are buffered as record batches up to a memory bound (Arrow bytes); past it, the sorted
+buffer is written to a temporary Arrow IPC file (a *run*) in Spark's local directory, and the
+runs are merged at the end (``heapq.merge`` on Python keys that order exactly as Arrow does:
+``_python_keys``), so a task larger than memory is sorted with bounded memory. The merge is
+per row in Python, much slower than the in-memory sort: size ``exactlyOnce.sortBufferBytes``
+to hold a task's rows when you can.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import os
-import pickle
 import tempfile
-from collections.abc import Iterator
-from operator import itemgetter
+from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
-from spark_connector.rows import SinkRow
+import pyarrow as pa
+import pyarrow.compute as pc
 
-__all__ = ["RowSorter", "sort_key"]
+__all__ = ["ArrowSorter", "sort_columns"]
 
-_RUN_CHUNK_ROWS = 1024
-_ROW_OVERHEAD_BYTES = (
-    256  # Python objects around a row (dataclass, key tuple, list slot), estimated
-)
-_first = itemgetter(0)
+_KEY_PREFIX = "__sort_"
+_MERGE_CHUNK_ROWS = 4096
+_CONTENT_ROLES = ("value", "key", "topic", "partition", "eventTime", "properties")
 
 
 def _norm(value: Any) -> Any:
-    """A totally ordered stand-in for a nested value (None first, NaN after every float)."""
+    """A totally ordered stand-in for a nested value (None first, NaN before numbers)."""
     if value is None:
         return (0,)
-    if isinstance(value, float):
-        return (1, 1, 0.0) if value != value else (1, 0, value)
+    if isinstance(value, float) and math.isnan(value):
+        return (1,)
     if isinstance(value, dict):
-        return (1, tuple((_norm(k), _norm(v)) for k, v in sorted(value.items())))
+        return (2, tuple((_norm(k), _norm(v)) for k, v in sorted(value.items())))
     if isinstance(value, (list, tuple)):
-        return (1, tuple(_norm(item) for item in value))
-    return (1, value)
+        if value and all(isinstance(item, tuple) and len(item) == 2 for item in value):
+            value = sorted(value)  # a map's (key, value) pairs: their order is not data
+        return (2, tuple(_norm(item) for item in value))
+    return (2, value)
 
 
-def sort_key(row: SinkRow) -> tuple[Any, ...]:
-    """The row's place in its task: ordering columns first, then the whole message.
-
-    Flat, with each field's value before its is-None flag, so most comparisons end at the first
-    element that differs without building nested tuples; the flag still tells ``None`` from an
-    empty value (a flag is compared only when the values are equal).
-    """
-    value, key, topic, partition, event = (
-        row.value,
-        row.key,
-        row.topic,
-        row.partition,
-        row.event_time,
+def _canonical(array: pa.Array) -> pa.Array:
+    """Bytes standing for each value of a nested column (null stays null)."""
+    return pa.array(
+        [None if v is None else repr(_norm(v)).encode() for v in array.to_pylist()],
+        pa.binary(),
     )
-    properties = tuple(sorted(row.properties.items())) if row.properties else ()
-    content = (
-        value or b"",
-        value is None,
-        key or "",
-        key is None,
-        topic or "",
-        partition if partition is not None else -1,
-        event if event is not None else -1,
-        event is None,
-        properties,
-        row.properties is None,
-    )
-    # ``()`` without ordering columns: one shared object, equal to itself at once.
-    order = tuple(_norm(item) for item in row.order) if row.order else ()
-    return (order, *content)
+
+
+def _sortable(array: pa.Array) -> pa.Array:
+    """``array`` as a column ``sort_indices`` orders deterministically."""
+    kind = array.type
+    if pa.types.is_temporal(kind):
+        return array.cast(pa.int64() if kind.bit_width == 64 else pa.int32())
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return array.cast(pa.binary() if pa.types.is_string(kind) else pa.large_binary())
+    if pa.types.is_nested(kind) or pa.types.is_dictionary(kind):
+        return _canonical(array)
+    return array
+
+
+def sort_columns(
+    batch: pa.RecordBatch, plan: dict[str, int], order: Sequence[int]
+) -> list[pa.Array]:
+    """The columns ordering ``batch``'s rows: ordering columns first, then the content."""
+    indexes = list(order) + [plan[role] for role in _CONTENT_ROLES if role in plan]
+    return [_sortable(batch.column(index)) for index in indexes]
+
+
+def _with_keys(batch: pa.RecordBatch, keys: list[pa.Array]) -> pa.RecordBatch:
+    arrays = list(batch.columns) + keys
+    names = list(batch.schema.names) + [f"{_KEY_PREFIX}{i}" for i in range(len(keys))]
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def _sort_table(table: pa.Table, key_count: int) -> pa.Table:
+    names = [f"{_KEY_PREFIX}{i}" for i in range(key_count)]
+    indices = pc.sort_indices(table, sort_keys=[(name, "ascending", "at_start") for name in names])
+    return table.take(indices)
+
+
+def _python_keys(table: pa.RecordBatch | pa.Table, key_count: int) -> list[tuple[Any, ...]]:
+    """Per row, a tuple ordering as ``sort_indices`` does: null, then NaN, then values."""
+    columns = []
+    for i in range(key_count):
+        column = table.column(f"{_KEY_PREFIX}{i}")
+        floating = pa.types.is_floating(column.type)
+        columns.append(
+            [
+                (0,) if v is None else (1,) if floating and math.isnan(v) else (2, v)
+                for v in column.to_pylist()
+            ]
+        )
+    return list(zip(*columns, strict=True)) if columns else [()] * table.num_rows
 
 
 def _spill_directory() -> str | None:
@@ -86,56 +116,117 @@ def _spill_directory() -> str | None:
     return dirs.split(",")[0] or None
 
 
-class RowSorter:
-    """Sorts rows by ``sort_key`` within ``memory_bytes`` (estimated), spilling runs to disk."""
+class ArrowSorter:
+    """Sorts a task's record batches within ``memory_bytes`` (Arrow bytes), spilling runs."""
 
-    def __init__(self, memory_bytes: int, directory: str | None = None) -> None:
+    def __init__(
+        self,
+        plan: dict[str, int],
+        order: Sequence[int],
+        memory_bytes: int,
+        directory: str | None = None,
+    ) -> None:
+        self.plan = plan
+        self.order = tuple(order)
         self.memory_bytes = memory_bytes
         self.directory = directory if directory is not None else _spill_directory()
         self.runs: list[IO[bytes]] = []
-        self._buffer: list[tuple[tuple[Any, ...], SinkRow]] = []
+        self._buffer: list[pa.RecordBatch] = []
         self._bytes = 0
+        self._keys = 0
+        self._columns: list[str] | None = None
 
-    def add(self, row: SinkRow, size: int) -> None:
-        """Add a row of ``size`` estimated payload bytes."""
-        self._buffer.append((sort_key(row), row))
-        self._bytes += size + _ROW_OVERHEAD_BYTES
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        keys = sort_columns(batch, self.plan, self.order)
+        self._keys = len(keys)
+        if self._columns is None:
+            self._columns = list(batch.schema.names)
+        keyed = _with_keys(batch, keys)
+        self._buffer.append(keyed)
+        self._bytes += keyed.nbytes
         if self._bytes >= self.memory_bytes:
             self._spill()
 
+    def _sorted_buffer(self) -> pa.Table:
+        table = pa.Table.from_batches(self._buffer)
+        self._buffer = []
+        self._bytes = 0
+        return _sort_table(table, self._keys)
+
     def _spill(self) -> None:
-        self._buffer.sort(key=_first)
+        table = self._sorted_buffer()
         # Deleted by the OS when closed (or when the worker dies): no files left behind.
         run = tempfile.TemporaryFile(  # noqa: SIM115 - kept open until the merge, closed by close()
             prefix="dedup-topic-sort-", dir=self.directory
         )
-        buffer = self._buffer
-        for start in range(0, len(buffer), _RUN_CHUNK_ROWS):
-            pickle.dump(buffer[start : start + _RUN_CHUNK_ROWS], run, pickle.HIGHEST_PROTOCOL)
+        with pa.ipc.new_stream(run, table.schema) as stream:
+            stream.write_table(table, max_chunksize=_MERGE_CHUNK_ROWS)
         run.seek(0)
         self.runs.append(run)
-        self._buffer = []
-        self._bytes = 0
 
-    def sorted_rows(self) -> Iterator[SinkRow]:
-        """Every row added, in ``sort_key`` order (call once, after the last ``add``)."""
-        self._buffer.sort(key=_first)
+    def sorted_batches(self) -> Iterator[pa.RecordBatch]:
+        """Every row added, sorted, without the sort keys (call once, after the last ``add``)."""
         if not self.runs:
-            return (row for _, row in self._buffer)
-        merged = heapq.merge(*(_read_run(run) for run in self.runs), self._buffer, key=_first)
-        return (row for _, row in merged)
+            if not self._buffer:
+                return iter(())
+            table = self._sorted_buffer()
+            return iter(self._strip(table).to_batches())
+        if self._buffer:
+            self._spill()
+        return self._merge()
+
+    def _strip(self, table: pa.Table | pa.RecordBatch) -> Any:
+        assert self._columns is not None
+        return table.select(self._columns)
+
+    def _merge(self) -> Iterator[pa.RecordBatch]:
+        merged = heapq.merge(*(self._read_run(number, run) for number, run in enumerate(self.runs)))
+        chunk: list[pa.RecordBatch] = []
+        picks: list[int] = []
+        for _key, _run, _row, batch, index in merged:
+            chunk.append(batch)
+            picks.append(index)
+            if len(picks) == _MERGE_CHUNK_ROWS:
+                yield self._gather(chunk, picks)
+                chunk, picks = [], []
+        if picks:
+            yield self._gather(chunk, picks)
+
+    def _read_run(
+        self, number: int, run: IO[bytes]
+    ) -> Iterator[tuple[tuple[Any, ...], int, int, pa.RecordBatch, int]]:
+        row = 0
+        for batch in pa.ipc.open_stream(run):
+            keys = _python_keys(batch, self._keys)
+            stripped = self._strip(batch)
+            for index, key in enumerate(keys):
+                # (key, run, row) is unique: the merge never compares batches.
+                yield key, number, row, stripped, index
+                row += 1
+
+    @staticmethod
+    def _gather(batches: list[pa.RecordBatch], picks: list[int]) -> pa.RecordBatch:
+        """One batch of the picked rows, in pick order."""
+        distinct: dict[int, int] = {}
+        ordered: list[pa.RecordBatch] = []
+        offsets: list[int] = []
+        total = 0
+        rows = []
+        for batch, index in zip(batches, picks, strict=True):
+            slot = distinct.get(id(batch))
+            if slot is None:
+                slot = distinct[id(batch)] = len(ordered)
+                ordered.append(batch)
+                offsets.append(total)
+                total += batch.num_rows
+            rows.append(offsets[slot] + index)
+        table = pa.Table.from_batches(ordered).combine_chunks()
+        return table.take(pa.array(rows, pa.int64())).to_batches()[0]
 
     def close(self) -> None:
         runs, self.runs = self.runs, []
         for run in runs:
             run.close()
         self._buffer = []
-
-
-def _read_run(run: IO[bytes]) -> Iterator[tuple[tuple[Any, ...], SinkRow]]:
-    while True:
-        try:
-            chunk = pickle.load(run)
-        except EOFError:
-            return
-        yield from chunk

@@ -1,86 +1,118 @@
-"""The sink's input rows as messages: Arrow record batches read column-wise, no Spark ``Row``.
+"""The sink's input rows as messages, column-wise: Arrow record batches in, Python lists out.
 
-``SinkRow`` is what one row becomes on the wire (value, key, target topic, partition, event time,
-properties) plus ``order``: the values of the columns that give the task's rows their order
-(``row_order``), which are not sent.
+``Columns`` holds one chunk of rows as one Python list per message field (value, key, target
+topic, partition, event time, properties), converted from Arrow a whole column at a time
+(``to_pylist`` runs in C), plus each row's estimated size in a batch entry (computed by
+``pyarrow.compute``). The sink's send loop indexes these lists; no per-row object is built
+except for the rare row the replay guard compares (``Columns.row``: a ``SinkRow``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_connector.options import OptionError
 
-__all__ = ["SinkRow", "sink_rows"]
+__all__ = ["RECORD_OVERHEAD", "Columns", "SinkRow", "properties_size"]
+
+RECORD_OVERHEAD = 32  # per-message metadata in a batch (ids, sizes, time), estimated
 
 
 @dataclass(frozen=True, slots=True)
 class SinkRow:
+    """One row as the message it sends (what the replay guard compares)."""
+
     value: bytes | None
     key: str | None
     topic: str | None
     partition: int | None
     event_time: int | None
     properties: dict[str, str] | None
-    order: tuple[Any, ...] = ()
 
 
-def sink_rows(
-    batch: pa.RecordBatch, plan: dict[str, int], order: Sequence[int] = ()
-) -> Iterator[SinkRow]:
-    """The batch's rows; ``order``: indexes of the ordering columns."""
-    count = batch.num_rows
-    nothing: list[Any] = [None] * count
+def properties_size(properties: dict[str, str] | None) -> int:
+    """Estimated bytes of a row's properties inside a batch entry."""
+    if not properties:
+        return 0
+    return sum(len(k) + len(v) + 4 for k, v in properties.items())
 
-    def column(role: str, convert: Callable[[pa.Array], list[Any]] | None = None) -> list[Any]:
-        index = plan.get(role)
-        if index is None:
-            return nothing
-        array = batch.column(index)
-        return convert(array) if convert is not None else array.to_pylist()
 
-    values = column("value", _bytes)
-    keys = column("key", _key_text)
-    topics = column("topic")
-    partitions = column("partition")
-    events = column("eventTime", _millis)
-    properties = column("properties")
-    ordering = [batch.column(index).to_pylist() for index in order]
-    for i in range(count):
-        props = properties[i]
-        yield SinkRow(
-            values[i],
-            keys[i],
-            topics[i],
-            partitions[i],
-            events[i],
-            dict(props) if props else None,
-            tuple(values_of[i] for values_of in ordering),
+class Columns:
+    """One chunk of rows, column-wise; a role the input lacks is None (all rows null)."""
+
+    __slots__ = ("count", "events", "keys", "partitions", "properties", "sizes", "topics", "values")
+
+    def __init__(self, batch: pa.RecordBatch, plan: dict[str, int]) -> None:
+        self.count = batch.num_rows
+
+        def column(role: str) -> pa.Array | None:
+            index = plan.get(role)
+            return None if index is None else batch.column(index)
+
+        value = column("value")
+        assert value is not None  # the plan requires it
+        key = column("key")
+        self.values: list[bytes | None] = _bytes(value)
+        self.keys: list[str | None] | None = None if key is None else _key_text(key)
+        topic = column("topic")
+        self.topics: list[str | None] | None = None if topic is None else topic.to_pylist()
+        partition = column("partition")
+        self.partitions: list[int | None] | None = (
+            None if partition is None else partition.to_pylist()
+        )
+        event = column("eventTime")
+        self.events: list[int | None] | None = None if event is None else _millis(event)
+        props = column("properties")
+        self.properties: list[dict[str, str] | None] | None = (
+            None if props is None else [dict(p) if p else None for p in props.to_pylist()]
+        )
+        self.sizes: list[int] = self._sizes(value, key)
+
+    def _sizes(self, value: pa.Array, key: pa.Array | None) -> list[int]:
+        """Each row's estimated bytes in a batch entry (``batches``), vectorized."""
+        total = pc.add(pc.fill_null(pc.binary_length(value), 0), RECORD_OVERHEAD)
+        if key is not None:
+            total = pc.add(total, pc.fill_null(pc.binary_length(key), 0))
+        sizes: list[int] = total.to_pylist()
+        if self.properties is not None:
+            sizes = [s + properties_size(p) for s, p in zip(sizes, self.properties, strict=True)]
+        return sizes
+
+    def row(self, i: int) -> SinkRow:
+        """Row ``i`` as a ``SinkRow``."""
+
+        def at(values: list[Any] | None) -> Any:
+            return None if values is None else values[i]
+
+        return SinkRow(
+            self.values[i],
+            at(self.keys),
+            at(self.topics),
+            at(self.partitions),
+            at(self.events),
+            at(self.properties),
         )
 
 
 def _bytes(array: pa.Array) -> list[bytes | None]:
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-        return [None if v is None else v.encode() for v in array.to_pylist()]
+        array = array.cast(pa.binary() if pa.types.is_string(array.type) else pa.large_binary())
     values: list[bytes | None] = array.to_pylist()
     return values
 
 
 def _key_text(array: pa.Array) -> list[str | None]:
-    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-        texts: list[str | None] = array.to_pylist()
-        return texts
-    out: list[str | None] = []
-    for raw in array.to_pylist():
+    if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
         try:
-            out.append(None if raw is None else raw.decode("utf-8"))
-        except UnicodeDecodeError:
+            array = array.cast(pa.string())  # validates UTF-8
+        except pa.ArrowInvalid:
             raise OptionError("dedup-topic sink: a binary key is not UTF-8 text") from None
-    return out
+    texts: list[str | None] = array.to_pylist()
+    return texts
 
 
 def _millis(array: pa.Array) -> list[int | None]:

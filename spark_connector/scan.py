@@ -16,7 +16,8 @@ position so retention never trims the entry a restart resumes at.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from client.errors import Timeout
 from client.message import Message
@@ -24,6 +25,7 @@ from client.message_id import MessageId
 from client.sync import Client, Reader
 from spark_connector.clients import partition_topics
 from spark_connector.positions import EARLIEST, Position
+from spark_connector.range_check import RangeTimeout, range_still_exists, range_timeout_message
 
 __all__ = [
     "DataLoss",
@@ -86,8 +88,10 @@ class PartitionScan:
         fail_on_data_loss: bool,
         poll_timeout_ms: int,
         receiver_queue_size: int = 1000,
+        reader_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.topic = topic
+        self._reader_options = dict(reader_options or {})  # pulsar.reader.* (client_options)
         self.start = start
         self._client = client
         self._fail = fail_on_data_loss
@@ -95,7 +99,11 @@ class PartitionScan:
         self._queue_size = receiver_queue_size
         self._reader: Reader | None = None
         self._peeked: Message | None = None
+        self._peeked_at: tuple[int, int, int] = (0, 0, 0)
         self._checked = start.is_earliest
+        # Indexes below the start are skipped only inside the start entry: once a message at
+        # or after the start came, no later one is compared (a tuple per message, not more).
+        self._past_start = start.is_earliest
         self.next_position = start
         """The position after the last message taken (``start`` before any)."""
 
@@ -107,11 +115,9 @@ class PartitionScan:
                 if start.is_earliest
                 else MessageId(-1, start.ledger, start.entry, -1)
             )
+            options = {"receiver_queue_size": self._queue_size, **self._reader_options}
             self._reader = self._client.create_reader(
-                self.topic,
-                start_id,
-                receiver_queue_size=self._queue_size,
-                start_message_id_inclusive=True,
+                self.topic, start_id, start_message_id_inclusive=True, **options
             )
         return self._reader
 
@@ -133,17 +139,30 @@ class PartitionScan:
             if not self._checked:
                 self._checked = True
                 self._check_first(message)
-            if position_of(message) < self.start:
-                continue  # an index below the start inside the start entry
+            mid = message.message_id()
+            index = mid.batch_index()
+            at = (mid.ledger_id(), mid.entry_id(), index if index > 0 else 0)
+            if not self._past_start:
+                if at < self.start:
+                    continue  # an index below the start inside the start entry
+                self._past_start = True
             self._peeked = message
+            self._peeked_at = at
         return self._peeked
+
+    @property
+    def peeked_at(self) -> tuple[int, int, int]:
+        """``(ledger, entry, batch index)`` of the message ``peek`` returned (a ``Position``'s
+        fields, without building one per message)."""
+        return self._peeked_at
 
     def take(self) -> Message:
         """Take the message ``peek`` returned."""
         message = self._peeked
         assert message is not None, "take() without a successful peek()"
         self._peeked = None
-        self.next_position = position_after(message)
+        ledger, entry, index = self._peeked_at
+        self.next_position = Position(ledger, entry, index + 1)
         return message
 
     def _check_first(self, message: Message) -> None:
@@ -172,6 +191,7 @@ def iter_range(
     *,
     fail_on_data_loss: bool,
     poll_timeout_ms: int,
+    reader_options: Mapping[str, Any] | None = None,
 ) -> Iterator[Message]:
     """Exactly the messages in ``[start, end)``, in order.
 
@@ -193,22 +213,31 @@ def iter_range(
         start,
         fail_on_data_loss=fail_on_data_loss,
         poll_timeout_ms=poll_timeout_ms,
+        reader_options=reader_options,
     )
+    # Compared as plain tuples: a message's position and the one after it (``Position`` is
+    # a NamedTuple, so tuple order is its order).
+    stop = tuple(end)
+    last = (stop[0], stop[1], stop[2] - 1)
     try:
         while True:
             try:
                 message = scan.peek(wait=True)
             except Timeout:
                 what = f"no message within pollTimeoutMs before the end {end}"
+                if range_still_exists(scan.last_message_id(), end):
+                    # A slow broker, not lost data: a short range would renumber a replay.
+                    raise RangeTimeout(range_timeout_message(topic, end)) from None
                 if fail_on_data_loss:
                     raise DataLoss(data_loss_message(topic, what)) from None
                 logger.warning("%s", data_loss_message(topic, what))
                 return
             assert message is not None
-            if position_of(message) >= end:
+            at = scan.peeked_at
+            if at >= stop:
                 return
             yield scan.take()
-            if scan.next_position == end:
+            if at == last:  # the message just before ``end``: do not wait for another
                 return
     finally:
         scan.close()

@@ -52,7 +52,12 @@ Requirements (documented in the README): a recomputed Spark partition must hold 
 (in any order); the output topic must keep its partitioning while a batch is uncommitted.
 
 ``exactlyOnce=false``: plain at-least-once producers (broker-chosen names, automatic ids), rows in
-input order.
+input order; they stay open across tasks in the worker (``producer_cache``).
+
+Speed: rows arrive as Arrow record batches, are sorted on their Arrow columns (``row_order``) and
+turned into one Python list per column (``rows.Columns``); the loop indexes those lists, and
+builds a ``SinkRow`` only for a row the replay guard compares. ``compressionType`` sets the
+producers' codec.
 """
 
 from __future__ import annotations
@@ -61,11 +66,11 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
-from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -75,15 +80,24 @@ from pyspark.sql.datasource import (
 from client.errors import ProducerBusy, Result
 from client.message_id import MessageId
 from client.sync import Client, Producer
-from protocol.hashing import murmur3_32_hash
-from spark_connector.batches import BatchCutter, row_bytes
+from protocol.enums import CompressionType
+from spark_connector.batches import BatchCutter
 from spark_connector.clients import partition_topics, shared_client
 from spark_connector.faults import commit_fault, row_fault
 from spark_connector.options import OptionError, SinkOptions, canonical_topic
+from spark_connector.producer_cache import shared_producers
 from spark_connector.replay_age import batch_timestamp_ms, check_replay_age
 from spark_connector.replay_guard import ReplayGuard
-from spark_connector.row_order import RowSorter
-from spark_connector.rows import SinkRow, sink_rows
+from spark_connector.row_order import ArrowSorter
+from spark_connector.rows import Columns
+from spark_connector.sink_identity import (
+    ROW_BITS,
+    CheckpointReset,
+    TaskIdentity,
+    check_not_reset,
+    route,
+    sequence_id,
+)
 
 __all__ = [
     "BatchWriter",
@@ -97,71 +111,16 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _NO_TIMER_MS = 24 * 3600 * 1000
-_ROW_BITS = 32
-
-
-class CheckpointReset(RuntimeError):
-    """The broker holds output of a later batch for this producer: the checkpoint was reset."""
-
-
-def sequence_id(batch_id: int, row_index: int) -> int:
-    """The sequence id of row ``row_index`` of micro-batch ``batch_id`` (pure).
-
-    Raises:
-        ValueError: a field out of range (``batch_id < 2^31``, ``row_index < 2^32``).
-    """
-    if not (0 <= batch_id < 1 << 31 and 0 <= row_index < 1 << _ROW_BITS):
-        raise ValueError(f"batch {batch_id} / row {row_index} out of the sequence id range")
-    return (batch_id << _ROW_BITS) | row_index
-
-
-def check_not_reset(last_sequence_id: int, batch_id: int, producer_name: str) -> None:
-    """The checkpoint-reset guard (pure).
-
-    Raises:
-        CheckpointReset: ``last_sequence_id`` belongs to a batch after ``batch_id``.
-    """
-    if last_sequence_id >= (batch_id + 1) << _ROW_BITS:
-        raise CheckpointReset(
-            f"producer {producer_name!r} already stored sequence id {last_sequence_id} "
-            f"(batch {last_sequence_id >> _ROW_BITS}) but Spark is writing batch {batch_id}: the "
-            "checkpoint was reset or reused with the same query id. Writing would drop every row "
-            "as a duplicate. Use a new checkpoint location (new query id) or another "
-            "producerNamePrefix."
-        )
-
-
-def route(
-    partition: int | None,
-    key: str | None,
-    row_index: int,
-    partitions: int,
-    block: int,
-    first: int = 0,
-) -> int:
-    """The partition index of a row of a topic with ``partitions`` partitions (pure).
-
-    ``partitions == 0``: the topic is not partitioned, and only partition 0 (or none) exists.
-    Rows with neither a partition nor a key go round-robin by blocks of ``block`` rows,
-    starting at partition ``first`` (the Spark partition id, so tasks do not all start on
-    partition 0).
-
-    Raises:
-        OptionError: ``partition`` names a partition the topic does not have.
-    """
-    if partition is not None:
-        if not 0 <= partition < max(partitions, 1):
-            what = f"has {partitions} partitions" if partitions else "is not partitioned"
-            raise OptionError(
-                f"dedup-topic sink: row {row_index} asks for partition {partition} but the "
-                f"topic {what} (partition must be null or in [0, {max(partitions, 1)}))"
-            )
-        return partition
-    if partitions <= 1:
-        return 0
-    if key is not None:
-        return murmur3_32_hash(key.encode()) % partitions
-    return (row_index // block + first) % partitions
+_ROW_BITS = ROW_BITS
+RowHook = Callable[[int, Callable[[], None]], None]
+# ``compressionType`` -> the codec of the producer's entries (a whole batch is compressed).
+COMPRESSION = {
+    "none": CompressionType.NONE,
+    "lz4": CompressionType.LZ4,
+    "zlib": CompressionType.ZLIB,
+    "zstd": CompressionType.ZSTD,
+    "snappy": CompressionType.SNAPPY,
+}
 
 
 @dataclass(frozen=True)
@@ -175,35 +134,6 @@ class SinkCommit(WriterCommitMessage):
     rows: int
     stored: int
     duplicates: int
-
-
-@dataclass(frozen=True)
-class TaskIdentity:
-    """Who a task writes as: ``writer_id`` names its producers, ``batch_id`` its ids' high half.
-
-    ``micro_batch``: the task runs for a streaming micro-batch (the streaming sink, or a batch
-    write inside ``foreachBatch``), whose start Spark recorded in the checkpoint.
-    """
-
-    batch_id: int
-    writer_id: str
-    partition: int
-    attempt: int
-    micro_batch: bool = False
-
-    @classmethod
-    def current(cls, write_id: str | None, fallback_id: str) -> TaskIdentity:
-        """This task's identity: the streaming query's, joined with ``write_id`` (the
-        ``writeId`` option) when given; outside a stream ``write_id`` or ``fallback_id``."""
-        context = TaskContext.get()
-        if context is None:  # pragma: no cover - write() always runs in a task
-            return cls(0, write_id or fallback_id, 0, 0)
-        batch = context.getLocalProperty("streaming.sql.batchId")
-        query = context.getLocalProperty("sql.streaming.queryId")
-        if query and batch is not None:
-            writer = f"{query}-{write_id}" if write_id else query
-            return cls(int(batch), writer, context.partitionId(), context.attemptNumber(), True)
-        return cls(0, write_id or fallback_id, context.partitionId(), context.attemptNumber())
 
 
 class _Receipts:
@@ -226,8 +156,20 @@ class _Receipts:
                 self.stored += 1
 
 
+class _Open:
+    """A target (topic or partition) the task writes to: its producer and batch in progress."""
+
+    __slots__ = ("cutter", "pending", "producer")
+
+    def __init__(self, producer: Producer, cutter: BatchCutter) -> None:
+        self.producer = producer
+        self.cutter = cutter
+        # (value, key, properties, event time, sequence id) of the batch in progress
+        self.pending: list[tuple[bytes | None, str | None, Any, int | None, int]] = []
+
+
 class _TaskWriter:
-    """One task's producers and its write loop."""
+    """One task's producers and its write loop (column-wise: ``rows.Columns``)."""
 
     def __init__(
         self,
@@ -241,10 +183,9 @@ class _TaskWriter:
         self.order = order
         self.task = task
         self.client: Client = shared_client(options.service_url, options.client_options)
-        self.producers: dict[str, Producer] = {}
         self.receipts = _Receipts()
-        self.cutters: dict[str, BatchCutter] = {}
-        self.pending: dict[str, list[tuple[SinkRow, int]]] = {}
+        self.open: dict[str, _Open] = {}
+        self.leased: dict[str, tuple[Hashable, Producer]] = {}
         self.guard: ReplayGuard | None = None
         name = self.producer_name
         if name is not None:
@@ -260,39 +201,38 @@ class _TaskWriter:
         task = self.task
         return f"{self.options.producer_name_prefix}-{task.writer_id}-{task.partition}"
 
-    def producer(self, topic: str) -> Producer:
-        found = self.producers.get(topic)
-        if found is None:
-            found = self._create(topic)
-            if self.options.exactly_once:
-                check_not_reset(found.last_sequence_id(), self.task.batch_id, found.producer_name())
-            self.producers[topic] = found
-        return found
+    # --- producers ----------------------------------------------------------------------
 
-    def _create(self, topic: str) -> Producer:
+    def _producer_settings(self) -> dict[str, Any]:
         options = self.options
         batch_messages = options.batching_max_messages
+        exactly_once = options.exactly_once
+        return {
+            "send_timeout_millis": options.send_timeout_ms,
+            # Room for a whole batch: a full queue must never stall a filling batch.
+            "max_pending_messages": max(options.max_pending_messages, 2 * batch_messages),
+            "block_if_queue_full": True,
+            "batching_enabled": options.batching_enabled,
+            "batching_max_messages": batch_messages,
+            # The exactly-once sink cuts batches itself (``batches``): the client's size
+            # trigger must never cut first, nor its timer.
+            "batching_max_allowed_size_in_bytes": (
+                4 * options.batching_max_bytes + (1 << 16)
+                if exactly_once
+                else options.batching_max_bytes
+            ),
+            "batching_max_publish_delay_ms": _NO_TIMER_MS if exactly_once else 10,
+            "compression_type": COMPRESSION[options.compression_type],
+        }
+
+    def _create(self, topic: str, settings: dict[str, Any]) -> Producer:
+        options = self.options
         deadline = time.monotonic() + options.producer_busy_timeout_ms / 1000
         pause = 0.05
         while True:
             try:
                 return self.client.create_producer(
-                    topic,
-                    producer_name=self.producer_name,
-                    send_timeout_millis=options.send_timeout_ms,
-                    # Room for a whole batch: a full queue must never stall a filling batch.
-                    max_pending_messages=max(options.max_pending_messages, 2 * batch_messages),
-                    block_if_queue_full=True,
-                    batching_enabled=options.batching_enabled,
-                    batching_max_messages=batch_messages,
-                    # The sink cuts batches itself (``batches``); the client's size trigger
-                    # must never cut first.
-                    batching_max_allowed_size_in_bytes=(
-                        4 * options.batching_max_bytes + (1 << 16)
-                        if options.exactly_once
-                        else options.batching_max_bytes
-                    ),
-                    batching_max_publish_delay_ms=(_NO_TIMER_MS if options.exactly_once else 10),
+                    topic, producer_name=self.producer_name, **settings
                 )
             except ProducerBusy:
                 if time.monotonic() > deadline:
@@ -300,6 +240,56 @@ class _TaskWriter:
                 logger.info("producer %s is busy (zombie attempt?); retrying", self.producer_name)
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
+
+    def _open_target(self, target: str, index: int, columns: Columns, i: int) -> _Open:
+        """The producer for ``target``, opened for row ``index`` (the first routed there), and
+        the checks against what the broker already holds for it."""
+        options = self.options
+        settings = self._producer_settings()
+        if options.exactly_once:
+            producer = self._create(target, settings)
+            self.open[target] = opened = self._new_open(producer)
+            last = producer.last_sequence_id()
+            check_not_reset(last, self.task.batch_id, producer.producer_name())
+            if last < 0:
+                self._check_not_forgotten(producer.producer_name())
+            assert self.guard is not None
+            self.guard.producer_ready(target, last, index, columns.row(i))
+            return opened
+        key = (
+            options.service_url,
+            tuple(sorted(options.client_options.items())),
+            target,
+            tuple(sorted(settings.items())),
+        )
+        producer = shared_producers.lease(key, lambda: self._create(target, settings))
+        self.leased[target] = (key, producer)
+        self.open[target] = opened = self._new_open(producer)
+        return opened
+
+    def _new_open(self, producer: Producer) -> _Open:
+        options = self.options
+        return _Open(
+            producer,
+            BatchCutter(
+                options.batching_max_messages if options.batching_enabled else 1,
+                options.batching_max_bytes,
+            ),
+        )
+
+    def _check_not_forgotten(self, producer_name: str) -> None:
+        """The broker does not know the producer: refuse if it may have forgotten it."""
+        options, task = self.options, self.task
+        checkpoint = options.checkpoint_location
+        if options.dedup_timeout_minutes <= 0 or not task.micro_batch or checkpoint is None:
+            return
+        if self._batch_started_ms is None:
+            self._batch_started_ms = batch_timestamp_ms(checkpoint, task.batch_id)
+        check_replay_age(
+            self._batch_started_ms, options.dedup_timeout_minutes, task.batch_id, producer_name
+        )
+
+    # --- routing ------------------------------------------------------------------------
 
     def topic_of(self, name: str | None) -> str:
         option = self.options.topic
@@ -312,57 +302,80 @@ class _TaskWriter:
             found = self._topics[name] = canonical_topic(name)
         return found
 
-    def target_of(self, topic: str, row: SinkRow, row_index: int) -> str:
-        """The topic (``topic`` or one of its partitions) the row is written to."""
+    def _partitioning(self, topic: str) -> tuple[list[str], int]:
         found = self._partitions.get(topic)
         if found is None:
             names, partitioned = partition_topics(self.client, topic)
             found = self._partitions[topic] = (names, len(names) if partitioned else 0)
-        names, partitions = found
+        return found
+
+    def targets(self, columns: Columns, start: int) -> list[str]:
+        """The topic (``topic`` or one of its partitions) of each row; row ``i`` of
+        ``columns`` is the task's row ``start + i``."""
+        option = self.options.topic
+        if option is not None and columns.partitions is None:
+            names, partitions = self._partitioning(option)
+            if partitions == 0:
+                return [names[0]] * columns.count  # the common case: one target
         options = self.options
         block = options.batching_max_messages if options.batching_enabled else 1
-        index = route(row.partition, row.key, row_index, partitions, block, self.task.partition)
-        return names[index]
+        topics, parts, keys = columns.topics, columns.partitions, columns.keys
+        out = []
+        for i in range(columns.count):
+            topic = self.topic_of(topics[i] if topics is not None else None)
+            names, partitions = self._partitioning(topic)
+            index = route(
+                parts[i] if parts is not None else None,
+                keys[i] if keys is not None else None,
+                start + i,
+                partitions,
+                block,
+                self.task.partition,
+            )
+            out.append(names[index])
+        return out
 
-    def rows(
-        self, batches: Iterator[pa.RecordBatch], sorter: RowSorter | None
-    ) -> Iterator[SinkRow]:
+    # --- the write loop -----------------------------------------------------------------
+
+    def chunks(
+        self, batches: Iterator[pa.RecordBatch], sorter: ArrowSorter | None
+    ) -> Iterator[Columns]:
         """The task's rows: in input order, or (exactly-once) in ``row_order``'s order."""
-        plan, order = self.plan, self.order
+        plan = self.plan
         if sorter is None:
-            return (row for batch in batches for row in sink_rows(batch, plan, order))
+            return (Columns(batch, plan) for batch in batches if batch.num_rows)
         for batch in batches:
-            for row in sink_rows(batch, plan, order):
-                sorter.add(row, row_bytes(row.value, row.key, row.properties))
-        return sorter.sorted_rows()
+            sorter.add(batch)
+        return (Columns(batch, plan) for batch in sorter.sorted_batches() if batch.num_rows)
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
-        task = self.task
-        exactly_once = self.options.exactly_once
-        sorter = RowSorter(self.options.sort_buffer_bytes) if exactly_once else None
+        task, options = self.task, self.options
+        sorter = (
+            ArrowSorter(self.plan, self.order, options.sort_buffer_bytes)
+            if options.exactly_once
+            else None
+        )
         rows = 0
+        failed = True
         try:
-            ordered = self.rows(batches, sorter)
+            chunks = self.chunks(batches, sorter)
             # After the sort: a fault counts rows as they are sent.
-            hook = row_fault(self.options.fault_dir, task.batch_id, task.partition)
-            for row in ordered:
-                target = self.target_of(self.topic_of(row.topic), row, rows)
-                if exactly_once:
-                    self._add(target, row, rows)
+            hook = row_fault(options.fault_dir, task.batch_id, task.partition)
+            for columns in chunks:
+                if options.exactly_once:
+                    rows = self._queue(columns, rows, hook)
                 else:
-                    self._send(target, row, None)
-                rows += 1
-                if hook is not None:
-                    hook(rows, self.flush)
+                    rows = self._send_now(columns, rows, hook)
             if self.guard is not None:
                 self.guard.finish(rows)
-            for topic in list(self.pending):
-                self._send_batch(topic)
+            for opened in self.open.values():
+                self._send_batch(opened)
             self.flush()
+            failed = False
         finally:
             # After a failure only whole batches were handed to the client, so closing (which
             # sends what the client holds) cannot store a batch a replay would cut elsewhere.
-            self.close()
+            self.close(failed)
             if sorter is not None:
                 sorter.close()
         if self.receipts.error is not None:
@@ -377,73 +390,110 @@ class _TaskWriter:
             self.receipts.duplicates,
         )
 
-    def _open(self, topic: str, index: int, row: SinkRow) -> None:
-        """The producer for ``topic``, opened for row ``index`` (the first routed there), and
-        the checks against what the broker already holds for it."""
-        producer = self.producer(topic)
-        last = producer.last_sequence_id()
-        if last < 0:
-            self._check_not_forgotten(producer.producer_name())
-        assert self.guard is not None
-        self.guard.producer_ready(topic, last, index, row)
-
-    def _check_not_forgotten(self, producer_name: str) -> None:
-        """The broker does not know the producer: refuse if it may have forgotten it."""
-        options, task = self.options, self.task
-        checkpoint = options.checkpoint_location
-        if options.dedup_timeout_minutes <= 0 or not task.micro_batch or checkpoint is None:
-            return
-        if self._batch_started_ms is None:
-            self._batch_started_ms = batch_timestamp_ms(checkpoint, task.batch_id)
-        check_replay_age(
-            self._batch_started_ms, options.dedup_timeout_minutes, task.batch_id, producer_name
+    def _queue(self, columns: Columns, start: int, hook: RowHook | None) -> int:
+        """Exactly-once: number the rows from ``start`` and queue them in their target's batch;
+        hand a batch over when it is complete. Returns the next row index."""
+        if start + columns.count > 1 << _ROW_BITS:
+            raise ValueError(f"a task of more than {1 << _ROW_BITS} rows")
+        base = self.task.batch_id << _ROW_BITS
+        sequence_id(self.task.batch_id, 0)  # checks the batch id's range
+        targets = self.targets(columns, start)
+        values, keys, events, properties, sizes = (
+            columns.values,
+            columns.keys,
+            columns.events,
+            columns.properties,
+            columns.sizes,
         )
-
-    def _add(self, topic: str, row: SinkRow, index: int) -> None:
-        """Queue a row in its topic's batch; hand the batch over when it is complete."""
-        cutter = self.cutters.get(topic)
-        if cutter is None:
-            self._open(topic, index, row)
-            options = self.options
-            cutter = self.cutters[topic] = BatchCutter(
-                options.batching_max_messages if options.batching_enabled else 1,
-                options.batching_max_bytes,
+        guard, opened_of = self.guard, self.open
+        assert guard is not None
+        index = start
+        for i in range(columns.count):
+            target = targets[i]
+            opened = opened_of.get(target)
+            if opened is None:
+                opened = self._open_target(target, index, columns, i)
+            elif guard.expecting:
+                guard.check(index, target, columns.row(i))
+            cutter = opened.cutter
+            size = sizes[i]
+            if cutter.closes_before(size):
+                self._send_batch(opened)
+            opened.pending.append(
+                (
+                    values[i],
+                    keys[i] if keys is not None else None,
+                    properties[i] if properties is not None else None,
+                    events[i] if events is not None else None,
+                    base | index,
+                )
             )
-        elif self.guard is not None:
-            self.guard.check(index, topic, row)
-        size = row_bytes(row.value, row.key, row.properties)
-        if cutter.closes_before(size):
-            self._send_batch(topic)
-        self.pending.setdefault(topic, []).append((row, sequence_id(self.task.batch_id, index)))
-        if cutter.add(size):
-            self._send_batch(topic)
+            index += 1
+            if cutter.add(size):
+                self._send_batch(opened)
+            if hook is not None:
+                hook(index, self.flush)
+        return index
 
-    def _send_batch(self, topic: str) -> None:
-        rows = self.pending.pop(topic, [])
-        cutter = self.cutters[topic]
-        for row, seq in rows:
-            self._send(topic, row, seq)
-        if rows and cutter.count < cutter.max_messages:
-            self.producers[topic].flush()  # closed by bytes or by the task's end
+    def _send_batch(self, opened: _Open) -> None:
+        pending, opened.pending = opened.pending, []
+        send, receipts = opened.producer.send_async, self.receipts
+        for value, key, properties, event, seq in pending:
+            send(
+                value,
+                receipts,
+                properties=properties,
+                partition_key=key,
+                event_timestamp=event,
+                sequence_id=seq,
+            )
+        cutter = opened.cutter
+        if pending and cutter.count < cutter.max_messages:
+            opened.producer.flush()  # closed by bytes or by the task's end
         cutter.reset()
 
-    def _send(self, topic: str, row: SinkRow, seq: int | None) -> None:
-        self.producer(topic).send_async(
-            row.value,
-            self.receipts,
-            properties=row.properties,
-            partition_key=row.key,
-            event_timestamp=row.event_time,
-            sequence_id=seq,
+    def _send_now(self, columns: Columns, start: int, hook: RowHook | None) -> int:
+        """At-least-once: send each row at once, in input order (the client batches)."""
+        targets = self.targets(columns, start)
+        values, keys, events, properties = (
+            columns.values,
+            columns.keys,
+            columns.events,
+            columns.properties,
         )
+        receipts, opened_of = self.receipts, self.open
+        index = start
+        for i in range(columns.count):
+            target = targets[i]
+            opened = opened_of.get(target)
+            if opened is None:
+                opened = self._open_target(target, index, columns, i)
+            opened.producer.send_async(
+                values[i],
+                receipts,
+                properties=properties[i] if properties is not None else None,
+                partition_key=keys[i] if keys is not None else None,
+                event_timestamp=events[i] if events is not None else None,
+            )
+            index += 1
+            if hook is not None:
+                hook(index, self.flush)
+        return index
 
     def flush(self) -> None:
-        for producer in self.producers.values():
-            producer.flush()
+        for opened in self.open.values():
+            opened.producer.flush()
 
-    def close(self) -> None:
-        producers, self.producers = self.producers, {}
-        for producer in producers.values():
+    def close(self, failed: bool) -> None:
+        """Close the task's producers; a cached one goes back to the cache after a success."""
+        opened, self.open = self.open, {}
+        leased, self.leased = self.leased, {}
+        for target, state in opened.items():
+            lease = leased.get(target)
+            if lease is not None and not failed:
+                shared_producers.give_back(*lease)
+                continue
+            producer = state.producer
             try:
                 producer.close()
             except Exception:

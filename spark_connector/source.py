@@ -33,13 +33,15 @@ from pyspark.sql.streaming.datasource import (
 
 from client.message import Message
 from spark_connector.clients import shared_client
-from spark_connector.offsets import LATEST_SPEC, SourceOffset, canonical, parse_offset_specs
+from spark_connector.headers import HEADERS_SCHEMA, with_headers
+from spark_connector.offsets import EARLIEST_SPEC, LATEST_SPEC, SourceOffset, canonical
 from spark_connector.options import SourceOptions
 from spark_connector.planner import Planner
 from spark_connector.positions import EARLIEST, Position, pack
 from spark_connector.scan import DataLoss, iter_range, partition_topic
+from spark_connector.splits import split_ranges
 
-__all__ = ["SOURCE_SCHEMA", "BatchReader", "StreamReader", "TopicRange"]
+__all__ = ["SOURCE_SCHEMA", "BatchReader", "StreamReader", "TopicRange", "source_schema"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +51,11 @@ SOURCE_SCHEMA = (
     "properties map<string,string>"
 )
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def source_schema(include_headers: bool) -> str:
+    """The source's columns; ``includeHeaders`` adds Kafka's ``headers`` (``headers``)."""
+    return f"{SOURCE_SCHEMA}, {HEADERS_SCHEMA}" if include_headers else SOURCE_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -61,10 +68,14 @@ class TopicRange(InputPartition):
     end: Position
 
 
-def _ranges(start: SourceOffset, end: SourceOffset) -> list[InputPartition]:
+def _ranges(
+    start: SourceOffset, end: SourceOffset, min_partitions: int | None
+) -> list[InputPartition]:
+    """One ``TopicRange`` per non-empty partition range, split for ``minPartitions``: a pure
+    function of its arguments (see the module docstring)."""
     return [
         TopicRange(topic, partition, first, stop)
-        for topic, partition, first, stop in start.ranges(end)
+        for topic, partition, first, stop in split_ranges(start.ranges(end), min_partitions)
     ]
 
 
@@ -151,6 +162,7 @@ def read_range(options: SourceOptions, part: TopicRange) -> Iterator[pa.RecordBa
             raise
         logger.warning("%s partition %d is gone: nothing to read", part.topic, part.partition)
         return
+    finish = with_headers if options.include_headers else _same
     chunk: list[Message] = []
     for message in iter_range(
         client,
@@ -159,13 +171,18 @@ def read_range(options: SourceOptions, part: TopicRange) -> Iterator[pa.RecordBa
         part.end,
         fail_on_data_loss=options.fail_on_data_loss,
         poll_timeout_ms=options.poll_timeout_ms,
+        reader_options=options.reader_options,
     ):
         chunk.append(message)
         if len(chunk) == _ARROW_ROWS:
-            yield to_record_batch(chunk, part.topic, part.partition)
+            yield finish(to_record_batch(chunk, part.topic, part.partition))
             chunk = []
     if chunk:
-        yield to_record_batch(chunk, part.topic, part.partition)
+        yield finish(to_record_batch(chunk, part.topic, part.partition))
+
+
+def _same(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return batch
 
 
 class BatchReader(DataSourceReader):
@@ -177,11 +194,13 @@ class BatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         planner = Planner(self.options)
         topics = planner.topics()
-        starting = parse_offset_specs(self.options.starting_offsets or "earliest", topics)
-        ending = parse_offset_specs(self.options.ending_offsets, topics)
-        start = SourceOffset("batch", planner.resolve_all(starting, topics, "earliest"))
-        end = SourceOffset("batch", planner.resolve_all(ending, topics, LATEST_SPEC))
-        return _ranges(start, end)
+        starting = planner.specs(self.options.starting, EARLIEST_SPEC, topics)
+        ending = planner.specs(self.options.ending, LATEST_SPEC, topics)
+        start = SourceOffset("batch", planner.resolve_all(starting, topics, EARLIEST_SPEC))
+        end = SourceOffset(
+            "batch", planner.resolve_all(ending, topics, LATEST_SPEC, starting=False)
+        )
+        return _ranges(start, end, self.options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, TopicRange)
@@ -228,7 +247,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._initial is None:
             planner = self.planner
             topics = planner.topics()
-            specs = parse_offset_specs(self.options.starting_offsets or LATEST_SPEC, topics)
+            specs = planner.specs(self.options.starting, LATEST_SPEC, topics)
             offset = SourceOffset(
                 uuid.uuid4().hex[:16], planner.resolve_all(specs, topics, LATEST_SPEC)
             )
@@ -246,31 +265,34 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._move_cursor(begin)
         planner = self.planner
         topics = sorted(set(planner.topics()) | set(begin.topics))
-        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        ends: dict[str, dict[int, Position]] = {}
+        ranges: dict[tuple[str, int], tuple[Position, Position]] = {}
         for topic in topics:
-            ends[topic] = {}
             known = set(begin.topics.get(topic, {}))
             for partition in sorted(known | set(planner.partitions_of(topic))):
                 first = begin.position(topic, partition) or EARLIEST
+                end = planner.latest(topic, partition, first)
                 cap = self._snapshot.get((topic, partition)) if self._snapshot else None
-                if budget is None:
-                    end = planner.latest(topic, partition, first)
-                    if cap is not None:
-                        end = min(end, cap)
-                    if end < first:
-                        planner.check_not_behind(topic, partition, first)
-                elif budget == 0:
-                    end = first  # the budget is spent: this partition waits its turn
-                else:
-                    end, used = planner.advance(topic, partition, first, budget, cap)
-                    budget -= used
-                ends[topic][partition] = end
+                if cap is not None:
+                    end = min(end, cap)
+                if end < first:
+                    planner.check_not_behind(topic, partition, first)
+                ranges[(topic, partition)] = (first, end)
+        if isinstance(limit, ReadMaxRows):
+            chosen = planner.fair_ends(ranges, limit.max_rows)
+        else:
+            chosen = {key: end for key, (_, end) in ranges.items()}
+        ends: dict[str, dict[int, Position]] = {topic: {} for topic in topics}
+        for (topic, partition), end in chosen.items():
+            ends[topic][partition] = end
         result: dict[str, Any] = canonical(SourceOffset(begin.rid, ends).to_json())
         return result
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        return _ranges(SourceOffset.from_json(start), SourceOffset.from_json(end))
+        return _ranges(
+            SourceOffset.from_json(start),
+            SourceOffset.from_json(end),
+            self.options.min_partitions,
+        )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, TopicRange)

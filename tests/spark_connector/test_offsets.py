@@ -6,7 +6,15 @@ import json
 
 import pytest
 
-from spark_connector.offsets import ALL_PARTITIONS, SourceOffset, canonical, parse_offset_specs
+from spark_connector.offsets import (
+    ALL_PARTITIONS,
+    AtTime,
+    SourceOffset,
+    canonical,
+    parse_offset_specs,
+    parse_time_specs,
+)
+from spark_connector.option_table import OptionError
 from spark_connector.positions import EARLIEST, Position, pack
 
 A = "persistent://public/default/a"
@@ -56,3 +64,80 @@ def test_offset_specs() -> None:
     }
     with pytest.raises(ValueError, match="earliest"):
         parse_offset_specs("yesterday", [A])
+
+
+def test_pulsar_spark_serialized_message_ids() -> None:
+    """pulsar-spark's ``{"topic": [bytes of MessageId]}``: the partition field names the
+    partition; the id's own message is read first."""
+    specs = parse_offset_specs(
+        json.dumps(
+            {
+                "a": [8, 11, 16, 101, 24, 2, 32, 1],
+                "b": [
+                    8,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    1,
+                    16,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    1,
+                ],
+                "c": [
+                    8,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    127,
+                    16,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    127,
+                ],
+            }
+        ),
+        [],
+    )
+    assert specs == {
+        "persistent://public/default/a": {2: Position(11, 101, 1)},
+        "persistent://public/default/b": {0: "earliest"},
+        "persistent://public/default/c": {0: "latest"},
+    }
+    with pytest.raises(ValueError, match="not a serialized message id"):
+        parse_offset_specs('{"a": [300]}', [])
+
+
+def test_time_specs() -> None:
+    assert parse_time_specs("startingtimestamp", "1000", ["t"], per_partition=False) == {
+        "t": {ALL_PARTITIONS: AtTime(1000)}
+    }
+    assert parse_time_specs(
+        "startingoffsetsbytimestamp", '{"t": {"0": 5, "1": "6"}}', [], per_partition=True
+    ) == {"persistent://public/default/t": {0: AtTime(5), 1: AtTime(6)}}
+    with pytest.raises(OptionError, match="not a time in ms"):
+        parse_time_specs("endingtimestamp", "-3", ["t"], per_partition=False)

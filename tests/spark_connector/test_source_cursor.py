@@ -19,7 +19,7 @@ def spark_subscriptions(http: str, topic: str) -> dict[str, Any]:
 
 
 def test_commit_moves_the_durable_cursor(spark: Any, broker: BrokerThread, tmp_path: Path) -> None:
-    """Entries of 4 messages, micro-batches of 7 (ends inside batched entries), then more."""
+    """Entries of 4 messages, micro-batches of 7 entries, then more."""
     topic = "persistent://public/default/cursor-in"
     produce(broker.url, topic, [Sent(f"c{i}".encode()) for i in range(20)], batching=True)
 

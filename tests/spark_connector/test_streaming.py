@@ -88,16 +88,17 @@ def test_processing_time_trigger_with_a_transform(
     ]
 
 
-def test_max_offsets_per_trigger_splits_exactly(
+def test_max_offsets_per_trigger_counts_entries(
     spark: Any, broker: BrokerThread, tmp_path: Path
 ) -> None:
-    """Batched entries of 4 messages: cuts at 7 and 14 fall inside entries."""
+    """Batched entries of 4 messages, a budget of 2 entries (counted from message ids, the
+    payloads read once, by the executors): micro-batches of 8, 8 and 4 messages."""
     sent = [Sent(f"m{i}".encode()) for i in range(20)]
     produce(broker.url, "mo-in", sent, batching=True)
     writer = pipeline(
-        spark, broker.url, "mo-in", "mo-out", tmp_path / "ckpt", maxOffsetsPerTrigger="7"
+        spark, broker.url, "mo-in", "mo-out", tmp_path / "ckpt", maxOffsetsPerTrigger="2"
     )
     query = run_available_now(writer)
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-    assert sizes == [7, 7, 6]
+    assert sizes == [8, 8, 4]
     assert consume_all(broker.url, "mo-out") == sent
