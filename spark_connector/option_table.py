@@ -62,6 +62,7 @@ SOURCE = (
     "failOnDataLoss",
     "subscriptionName",
     "pollTimeoutMs",
+    "decodeSchema",
     "authPluginClassName",
     "authParams",
     "testing.faultDir",
@@ -83,6 +84,7 @@ SINK = (
     "exactlyOnce.sortBufferBytes",
     "compressionType",
     "brokerDeduplicationProducerInactivityTimeoutMinutes",
+    "encodeSchema",
     "authPluginClassName",
     "authParams",
     "testing.faultDir",
@@ -112,7 +114,8 @@ FOREIGN = {
     "'predefinedSubscription')",
     "kafka.group.id": "the durable cursor is named by 'subscriptionName'",
     "subscriptionprefix": "give the whole name with 'subscriptionName'",
-    "allowdifferenttopicschemas": "not needed: the value column is always the raw payload",
+    "allowdifferenttopicschemas": "topics with different schemas are read raw with "
+    "'decodeSchema=false' (or in separate queries)",
     "waitingfornonexistedtopic": "not supported: a topic that does not exist yet is read once "
     "it has data only through 'topicsPattern'",
     "fetchoffset.numretries": "not supported: executors wait up to 'pollTimeoutMs'",

@@ -176,6 +176,7 @@ class SourceOptions:
     admin_url: str | None = None
     client_options: dict[str, Any] = field(default_factory=dict)
     reader_options: dict[str, Any] = field(default_factory=dict)
+    decode_schema: bool = True
     fault_dir: str | None = None
 
     @classmethod
@@ -210,6 +211,7 @@ class SourceOptions:
             admin_url=_admin_url(options),
             client_options=client_kwargs(options),
             reader_options=reader_kwargs(options),
+            decode_schema=_bool(options, "decodeschema", True),
             fault_dir=options.get("testing.faultdir"),
         )
 
@@ -255,6 +257,8 @@ class SinkOptions:
     checkpoint_location: str | None = None
     client_options: dict[str, Any] = field(default_factory=dict)
     admin_url: str | None = None
+    encode_schema: bool = True
+    encoding: Any = None  # schema_write.RecordEncoding, set at planning (datasource)
     fault_dir: str | None = None
 
     @classmethod
@@ -291,6 +295,7 @@ class SinkOptions:
             checkpoint_location=options.get("checkpointlocation") or None,
             client_options=client_kwargs(options),
             admin_url=_admin_url(options),
+            encode_schema=_bool(options, "encodeschema", True),
             fault_dir=options.get("testing.faultdir"),
         )
 

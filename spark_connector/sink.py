@@ -223,6 +223,8 @@ class _TaskWriter:
             ),
             "batching_max_publish_delay_ms": _NO_TIMER_MS if exactly_once else 10,
             "compression_type": COMPRESSION[options.compression_type],
+            # A record schema's rows are encoded already: the producer only declares it.
+            **({"schema": options.encoding.producer_schema} if options.encoding else {}),
         }
 
     def _create(self, topic: str, settings: dict[str, Any]) -> Producer:
@@ -357,6 +359,8 @@ class _TaskWriter:
         )
         rows = 0
         failed = True
+        if options.encoding is not None:  # the topic's record schema (schema_write)
+            batches = options.encoding.encode(batches)
         try:
             chunks = self.chunks(batches, sorter)
             # After the sort: a fault counts rows as they are sent.

@@ -39,6 +39,7 @@ from spark_connector.options import SourceOptions
 from spark_connector.planner import Planner
 from spark_connector.positions import EARLIEST, Position, pack
 from spark_connector.scan import DataLoss, iter_range, partition_topic
+from spark_connector.schema_read import RAW_VALUE, SchemaDecoder, ValueLayout
 from spark_connector.splits import split_ranges
 
 __all__ = ["SOURCE_SCHEMA", "BatchReader", "StreamReader", "TopicRange", "source_schema"]
@@ -53,9 +54,18 @@ SOURCE_SCHEMA = (
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def source_schema(include_headers: bool) -> str:
-    """The source's columns; ``includeHeaders`` adds Kafka's ``headers`` (``headers``)."""
-    return f"{SOURCE_SCHEMA}, {HEADERS_SCHEMA}" if include_headers else SOURCE_SCHEMA
+def source_schema(include_headers: bool, value: str = RAW_VALUE) -> str:
+    """The source's columns; ``includeHeaders`` adds Kafka's ``headers`` (``headers``).
+
+    ``value``: the payload's columns (``schema_read.value_ddl``): a typed ``value`` takes the
+    binary one's place; a record's fields come first, as pulsar-spark puts them, and replace it.
+    """
+    columns = SOURCE_SCHEMA
+    if value.startswith("value "):
+        columns = columns.replace(RAW_VALUE, value, 1)
+    elif value != RAW_VALUE:
+        columns = f"{value}, {columns.replace(RAW_VALUE + ', ', '', 1)}"
+    return f"{columns}, {HEADERS_SCHEMA}" if include_headers else columns
 
 
 @dataclass(frozen=True)
@@ -102,11 +112,14 @@ ARROW_SCHEMA = pa.schema(
 )
 
 
-def to_record_batch(messages: list[Message], topic: str, partition: int) -> pa.RecordBatch:
+def to_record_batch(
+    messages: list[Message], topic: str, partition: int, decoder: SchemaDecoder | None = None
+) -> pa.RecordBatch:
     """Messages as one Arrow batch of ``ARROW_SCHEMA`` (no per-row Python objects for Spark).
 
     ``topic`` and ``partition`` are the columns' values: the topic as the query names it (a
     partitioned topic's name, not its ``-partition-N`` topic) and the partition index.
+    ``decoder``: the payload as the topic schema's columns instead of ``value`` (``schema_read``).
     """
     keys: list[bytes | None] = []
     values: list[bytes] = []
@@ -146,14 +159,32 @@ def to_record_batch(messages: list[Message], topic: str, partition: int) -> pa.R
         pa.array(sequences, pa.int64()),
         pa.array(properties, pa.map_(pa.string(), pa.string())),
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    if decoder is None:
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    return _decoded(messages, columns, decoder)
+
+
+def _decoded(
+    messages: list[Message], columns: list[pa.Array], decoder: SchemaDecoder
+) -> pa.RecordBatch:
+    """The batch with the payload columns of ``decoder`` (``source_schema``'s order)."""
+    names = ARROW_SCHEMA.names
+    payload = decoder.columns(messages)
+    if payload[0][0] == "value":  # a primitive schema: a typed value in the binary one's place
+        columns[1] = payload[0][1]
+        return pa.RecordBatch.from_arrays(columns, names=names)
+    rest = [(n, c) for n, c in zip(names, columns, strict=True) if n != "value"]
+    both = [*payload, *rest]
+    return pa.RecordBatch.from_arrays([c for _, c in both], names=[n for n, _ in both])
 
 
 _ARROW_ROWS = 4096
 
 
-def read_range(options: SourceOptions, part: TopicRange) -> Iterator[pa.RecordBatch]:
-    """The partition's rows as Arrow batches of up to 4096 rows."""
+def read_range(
+    options: SourceOptions, part: TopicRange, layout: ValueLayout | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The partition's rows as Arrow batches of up to 4096 rows (decoded as ``layout`` says)."""
     client = shared_client(options.service_url, options.client_options)
     try:
         source = partition_topic(client, part.topic, part.partition)
@@ -163,6 +194,11 @@ def read_range(options: SourceOptions, part: TopicRange) -> Iterator[pa.RecordBa
         logger.warning("%s partition %d is gone: nothing to read", part.topic, part.partition)
         return
     finish = with_headers if options.include_headers else _same
+    decoder = (
+        SchemaDecoder(client, source, layout)
+        if layout is not None and layout.kind != "raw"
+        else None
+    )
     chunk: list[Message] = []
     for message in iter_range(
         client,
@@ -175,10 +211,10 @@ def read_range(options: SourceOptions, part: TopicRange) -> Iterator[pa.RecordBa
     ):
         chunk.append(message)
         if len(chunk) == _ARROW_ROWS:
-            yield finish(to_record_batch(chunk, part.topic, part.partition))
+            yield finish(to_record_batch(chunk, part.topic, part.partition, decoder))
             chunk = []
     if chunk:
-        yield finish(to_record_batch(chunk, part.topic, part.partition))
+        yield finish(to_record_batch(chunk, part.topic, part.partition, decoder))
 
 
 def _same(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -188,8 +224,9 @@ def _same(batch: pa.RecordBatch) -> pa.RecordBatch:
 class BatchReader(DataSourceReader):
     """``spark.read``: ``startingOffsets`` (default earliest) to ``endingOffsets`` (latest)."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, layout: ValueLayout | None = None) -> None:
         self.options = options
+        self.layout = layout
 
     def partitions(self) -> list[InputPartition]:
         planner = Planner(self.options)
@@ -204,14 +241,15 @@ class BatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, TopicRange)
-        return read_range(self.options, partition)
+        return read_range(self.options, partition, self.layout)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream``; see the module docstring."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, layout: ValueLayout | None = None) -> None:
         self.options = options
+        self.layout = layout
         self._planner: Planner | None = None
         self._initial: dict[str, Any] | None = None
         self._snapshot: dict[tuple[str, int], Position] | None = None
@@ -296,7 +334,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, TopicRange)
-        return read_range(self.options, partition)
+        return read_range(self.options, partition, self.layout)
 
     def commit(self, end: dict[str, Any]) -> None:
         self._move_cursor(SourceOffset.from_json(end))
