@@ -289,6 +289,48 @@ class BrokerConfig:
     # Pulsar's etcd options file: useTls, tlsTrustCertsFilePath, ..., authority; Magnetar adds
     # user / password (broker/cluster/etcd_config.py). Empty: plain text, no authentication.
     metadata_store_config_path: str = _setting("metadataStoreConfigPath", "")
+    # Load balancing of cluster mode (broker/cluster/balancer.py; Pulsar's names and defaults).
+    # The interval keys in minutes accept fractions (Pulsar's are whole minutes).
+    load_balancer_enabled: bool = _setting("loadBalancerEnabled", True)
+    load_balancer_report_update_min_interval_millis: int = _setting(
+        "loadBalancerReportUpdateMinIntervalMillis", 5000, minimum=100
+    )
+    load_balancer_shedding_enabled: bool = _setting("loadBalancerSheddingEnabled", True)
+    load_balancer_shedding_interval_minutes: float = _setting(
+        "loadBalancerSheddingIntervalMinutes", 1.0, minimum=0.001
+    )
+    load_balancer_shedding_grace_period_minutes: float = _setting(
+        "loadBalancerSheddingGracePeriodMinutes", 30.0, minimum=0
+    )
+    load_balancer_broker_threshold_shedder_percentage: float = _setting(
+        "loadBalancerBrokerThresholdShedderPercentage", 10.0, minimum=0
+    )
+    load_balancer_history_resource_percentage: float = _setting(
+        "loadBalancerHistoryResourcePercentage", 0.9, minimum=0, maximum=0.99
+    )
+    load_balancer_auto_bundle_split_enabled: bool = _setting(
+        "loadBalancerAutoBundleSplitEnabled", True
+    )
+    load_balancer_auto_unload_split_bundles_enabled: bool = _setting(
+        "loadBalancerAutoUnloadSplitBundlesEnabled", True
+    )
+    load_balancer_namespace_bundle_max_topics: int = _setting(
+        "loadBalancerNamespaceBundleMaxTopics", 1000
+    )
+    load_balancer_namespace_bundle_max_msg_rate: float = _setting(
+        "loadBalancerNamespaceBundleMaxMsgRate", 30000.0
+    )
+    load_balancer_namespace_bundle_max_bandwidth_mbytes: float = _setting(
+        "loadBalancerNamespaceBundleMaxBandwidthMbytes", 100.0
+    )
+    load_balancer_namespace_maximum_bundles: int = _setting(
+        "loadBalancerNamespaceMaximumBundles", 128, minimum=1, maximum=1024
+    )
+    default_namespace_bundle_split_algorithm: str = _setting(
+        "defaultNamespaceBundleSplitAlgorithm",
+        "range_equally_divide",
+        choices=("range_equally_divide", "topic_count_equally_divide"),
+    )
 
     # --- logging and metrics --------------------------------------------------------------
     log_level: str = _setting("logLevel", "INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))

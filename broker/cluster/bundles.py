@@ -1,14 +1,18 @@
-"""Namespace bundles: equal hash ranges of topic names, the unit of ownership (as Pulsar).
+"""Namespace bundles: hash ranges of topic names, the unit of ownership (as Pulsar).
 
-A namespace's 2^32 hash space is cut into ``defaultNumberOfNamespaceBundles`` ranges; a topic
-belongs to the range holding Murmur3-32 of its full name (a partition's own name, so the
-partitions of one topic spread). Ranges are spelled as Pulsar spells them:
-``0x00000000_0x40000000`` (lower bound inclusive, upper exclusive; the last one ends at
-``0xffffffff`` inclusive, Pulsar's ``FULL_UPPER_BOUND``).
+A namespace's 2^32 hash space is cut into ``defaultNumberOfNamespaceBundles`` equal ranges
+until a hot bundle is split (``split.py``); the cut points (Pulsar's ``boundaries``) are then
+metadata of the namespace (``boundaries.py``). A topic belongs to the range holding Murmur3-32
+of its full name (a partition's own name, so the partitions of one topic spread). Ranges are
+spelled as Pulsar spells them: ``0x00000000_0x40000000`` (lower bound inclusive, upper
+exclusive; the last one ends at ``0xffffffff`` inclusive, Pulsar's ``FULL_UPPER_BOUND``).
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import mmh3
@@ -45,20 +49,51 @@ def topic_hash(topic: TopicName) -> int:
     return int(mmh3.hash(topic.full_name, 0, signed=False))
 
 
-def bundles_of(namespace: NamespaceName | str, count: int) -> list[Bundle]:
-    """The ``count`` equal ranges of ``namespace`` (Pulsar's ``NamespaceBundleFactory``)."""
+def default_boundaries(count: int) -> list[int]:
+    """The cut points of ``count`` equal ranges, both ends included (Pulsar's
+    ``NamespaceBundleFactory``): ``[0, 2^32/count, ..., 0xffffffff]``."""
     size = (FULL_UPPER_BOUND + 1) // count
-    bounds = [i * size for i in range(count)] + [FULL_UPPER_BOUND]
-    return [Bundle(str(namespace), bounds[i], bounds[i + 1]) for i in range(count)]
+    return [i * size for i in range(count)] + [FULL_UPPER_BOUND]
+
+
+def bundles_from(namespace: NamespaceName | str, boundaries: Sequence[int]) -> list[Bundle]:
+    """The ranges between consecutive ``boundaries`` (sorted, from 0 to ``FULL_UPPER_BOUND``)."""
+    return [
+        Bundle(str(namespace), boundaries[i], boundaries[i + 1]) for i in range(len(boundaries) - 1)
+    ]
+
+
+def bundles_of(namespace: NamespaceName | str, count: int) -> list[Bundle]:
+    """The ``count`` equal ranges of ``namespace`` (a namespace never split)."""
+    return bundles_from(namespace, default_boundaries(count))
+
+
+def bundle_at(topic: TopicName, boundaries: Sequence[int]) -> Bundle:
+    """The bundle of ``topic`` among the ranges cut at ``boundaries``."""
+    code = topic_hash(topic)
+    # The last range also holds FULL_UPPER_BOUND itself, hence the min().
+    index = min(bisect.bisect_right(boundaries, code), len(boundaries) - 1)
+    return Bundle(str(topic.namespace_name), boundaries[index - 1], boundaries[index])
 
 
 def bundle_of(topic: TopicName, count: int) -> Bundle:
-    """The bundle ``topic`` belongs to."""
-    code = topic_hash(topic)
-    for bundle in bundles_of(topic.namespace_name, count):
-        if bundle.contains(code):
-            return bundle
-    raise AssertionError(f"hash {code:#x} outside the full range")  # the ranges cover 2^32
+    """The bundle ``topic`` belongs to in a namespace of ``count`` equal ranges."""
+    return bundle_at(topic, default_boundaries(count))
+
+
+def split_at(bundle: Bundle, points: Sequence[int]) -> list[Bundle]:
+    """The pieces of ``bundle`` cut at ``points`` (each strictly inside it)."""
+    if not points or any(not bundle.lower < p < bundle.upper for p in points):
+        raise ValueError(f"{[hex(p) for p in points]} are not inside {bundle.name}")
+    return bundles_from(bundle.namespace, sorted({bundle.lower, *points, bundle.upper}))
+
+
+def check_boundaries(boundaries: Sequence[int]) -> None:
+    """ValueError unless ``boundaries`` cut the full range into non-empty ranges."""
+    if len(boundaries) < 2 or boundaries[0] != 0 or boundaries[-1] != FULL_UPPER_BOUND:
+        raise ValueError("bundle boundaries must run from 0x00000000 to 0xffffffff")
+    if any(b >= c for b, c in itertools.pairwise(boundaries)):
+        raise ValueError("bundle boundaries must increase")
 
 
 def parse_bundle_range(namespace: str, text: str) -> Bundle:

@@ -9,7 +9,12 @@
 * ``PUT /admin/v2/namespaces/{tenant}/{ns}/{bundle}/unload[?destinationBroker=host:port]``:
   the owner closes the bundle's topics and releases it (others redirect there); the next
   lookup places it on the destination, else on another live broker than the former owner.
+* ``PUT /admin/v2/namespaces/{tenant}/{ns}/{bundle}/split[?unload=true]
+  [&splitAlgorithmName=range_equally_divide|topic_count_equally_divide]``: the owner splits the
+  bundle (Pulsar's bundle split); with ``unload`` the pieces are placed by load, else they stay.
 * ``GET /admin/v2/brokers/{cluster}``: the live brokers' ids.
+* ``GET /admin/v2/broker-stats/load-report``: this broker's load report as last published
+  (Pulsar's ``LocalBrokerData`` fields; ``load.py``).
 
 Every 307 goes to the target's ``https://`` URL when the request came over TLS (Pulsar's
 ``isRequestHttps()``), else to its ``http://`` one: a client that chose TLS, and sends its
@@ -33,8 +38,9 @@ from broker.admin.common import (
     service_of,
     topic_in_namespace,
 )
-from broker.cluster.bundles import FULL_UPPER_BOUND, bundle_of, bundles_of, parse_bundle_range
+from broker.cluster.bundles import Bundle, bundle_of, bundles_of, parse_bundle_range
 from broker.cluster.membership import BrokerInfo
+from broker.cluster.split import ALGORITHMS
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -76,26 +82,39 @@ async def owner_redirect(request: web.Request, handler: Handler) -> web.StreamRe
     raise web.HTTPTemporaryRedirect(target + str(url or request.rel_url))
 
 
+def _bundles(request: web.Request, namespace: str) -> list[Bundle]:
+    """The namespace's bundles: as split so far in cluster mode, else the default ranges."""
+    service = service_of(request)
+    if service.cluster is not None:
+        return service.cluster.boundaries.bundles(namespace)
+    return bundles_of(namespace, service.config.default_number_of_namespace_bundles)
+
+
 async def list_bundles(request: web.Request) -> web.Response:
     namespace = f"{path_part(request, 'tenant')}/{path_part(request, 'ns')}"
-    count = service_of(request).config.default_number_of_namespace_bundles
-    ranges = bundles_of(namespace, count)
-    boundaries = [f"0x{b.lower:08x}" for b in ranges] + [f"0x{FULL_UPPER_BOUND:08x}"]
-    return json_response({"boundaries": boundaries, "numBundles": count})
+    ranges = _bundles(request, namespace)
+    boundaries = [f"0x{b.lower:08x}" for b in ranges] + [f"0x{ranges[-1].upper:08x}"]
+    return json_response({"boundaries": boundaries, "numBundles": len(ranges)})
 
 
-async def unload_bundle(request: web.Request) -> web.Response:
-    service = service_of(request)
+def _bundle_in_path(request: web.Request) -> Bundle:
+    """The path's bundle of an existing namespace: 404 / 412 otherwise (as Pulsar)."""
     namespace = f"{path_part(request, 'tenant')}/{path_part(request, 'ns')}"
-    if not service.policies.has_namespace(namespace):
+    if not service_of(request).policies.has_namespace(namespace):
         raise AdminError(404, "Namespace does not exist")
     try:
         bundle = parse_bundle_range(namespace, path_part(request, "bundle"))
     except ValueError as exc:
         raise AdminError(412, str(exc)) from exc
-    count = service.config.default_number_of_namespace_bundles
-    if bundle not in bundles_of(namespace, count):
+    if bundle not in _bundles(request, namespace):
         raise AdminError(412, f"{bundle.name} is not a bundle of {namespace}")
+    return bundle
+
+
+async def unload_bundle(request: web.Request) -> web.Response:
+    service = service_of(request)
+    bundle = _bundle_in_path(request)
+    count = service.config.default_number_of_namespace_bundles
     cluster = service.cluster
     if cluster is None:
         for topic in [t.name for t in service.topics.values()]:
@@ -113,6 +132,28 @@ async def unload_bundle(request: web.Request) -> web.Response:
     raise web.HTTPTemporaryRedirect(web_url_for(request, found[0]) + str(request.rel_url))
 
 
+async def split_bundle(request: web.Request) -> web.Response:
+    service = service_of(request)
+    bundle = _bundle_in_path(request)
+    cluster = service.cluster
+    if cluster is None or cluster.balancer is None:
+        raise AdminError(412, "bundles are split in cluster mode only")
+    algorithm = request.query.get(
+        "splitAlgorithmName", service.config.default_namespace_bundle_split_algorithm
+    )
+    if algorithm not in ALGORITHMS:
+        raise AdminError(412, f"unsupported namespace bundle split algorithm {algorithm!r}")
+    unload = request.query.get("unload", "false").lower() == "true"
+    if cluster.epoch_of(bundle) is None:
+        found = await cluster.owner_of(bundle)
+        if found is None or found[0].broker_id == cluster.me.broker_id:
+            raise AdminError(412, f"bundle {bundle.name} is not owned by any broker")
+        raise web.HTTPTemporaryRedirect(web_url_for(request, found[0]) + str(request.rel_url))
+    if not await cluster.balancer.split(bundle, algorithm, unload):
+        raise AdminError(412, f"bundle {bundle.name} cannot be split (fewer than 2 topics?)")
+    return no_content()
+
+
 async def list_brokers(request: web.Request) -> web.Response:
     service = service_of(request)
     if path_part(request, "cluster") != service.config.cluster_name:
@@ -122,10 +163,22 @@ async def list_brokers(request: web.Request) -> web.Response:
     return json_response(sorted(b.broker_id for b in await service.cluster.brokers()))
 
 
+async def load_report(request: web.Request) -> web.Response:
+    cluster = service_of(request).cluster
+    if cluster is None or cluster.balancer is None:
+        raise AdminError(412, "load reports exist in cluster mode only")
+    report = cluster.balancer.last_report
+    if report is None:
+        raise AdminError(404, "no load report published yet")
+    return web.Response(body=report.encode(), content_type="application/json")
+
+
 def routes() -> list[web.RouteDef]:
     namespace = "/admin/v2/namespaces/{tenant}/{ns}"
     return [
         web.get(namespace + "/bundles", list_bundles),
         web.put(namespace + "/{bundle}/unload", unload_bundle),
+        web.put(namespace + "/{bundle}/split", split_bundle),
         web.get("/admin/v2/brokers/{cluster}", list_brokers),
+        web.get("/admin/v2/broker-stats/load-report", load_report),
     ]

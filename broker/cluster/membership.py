@@ -8,6 +8,12 @@ owns after the TTL::
     owners/<tenant>/<ns>/<0x..._0x...>  BrokerInfo of the bundle's owner; the key's
                                         create_revision is the ownership epoch
     assign/<tenant>/<ns>/<0x..._0x...>  broker id an unload moves the bundle to (a hint)
+    loadbalance/brokers/<brokerId>      the broker's load report (``load.py``)
+
+and, not under any lease (metadata that outlives brokers)::
+
+    bundles/<tenant>/<ns>               the namespace's bundle boundaries once one of its
+                                        bundles was split (``boundaries.py``)
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ class Keys:
         self.brokers = f"{self.root}brokers/"
         self.owners = f"{self.root}owners/"
         self.assignments = f"{self.root}assign/"
+        self.load_reports = f"{self.root}loadbalance/brokers/"
+        self.boundaries = f"{self.root}bundles/"
 
     def broker(self, broker_id: str) -> str:
         return f"{self.brokers}{broker_id}"
@@ -60,3 +68,6 @@ class Keys:
 
     def assignment(self, bundle: Bundle) -> str:
         return f"{self.assignments}{bundle.name}"
+
+    def load_report(self, broker_id: str) -> str:
+        return f"{self.load_reports}{broker_id}"

@@ -10,7 +10,9 @@ Started by ``Broker.start`` when ``metadataStoreUrl`` names etcd (docs/CLUSTER.m
   when the lookup is ``authoritative``) with a create-if-absent transaction on a lease-backed
   key; the key's create revision is the ownership epoch written into each topic's fence file;
 * drops bundles it no longer owns (lease lost, key gone or replaced) by abandoning their topics
-  without writing anything, and releases bundles on ``unload`` / shutdown after closing them.
+  without writing anything, and releases bundles on ``unload`` / shutdown after closing them;
+* splits a bundle it owns (``split``) for the load balancer (``balancer.py``), which also
+  publishes the load reports that ``_candidate`` places bundles by.
 """
 
 from __future__ import annotations
@@ -19,13 +21,17 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from broker.cluster.bundles import Bundle, bundle_of, parse_bundle_range
+from broker.cluster.balancer import BalancerSettings, LoadBalancer
+from broker.cluster.boundaries import NamespaceBoundaries
+from broker.cluster.bundles import Bundle, parse_bundle_range, split_at
+from broker.cluster.load import BrokerLoad, LoadedTopic
 from broker.cluster.membership import BrokerInfo, Keys
 from broker.cluster.placement import Preallocations, choose_broker
+from broker.cluster.split import SplitLimits
 from broker.cluster.store import Entry, EtcdStore, etcd_store_for
 from broker.errors import ServiceNotReady
 from protocol.topic_name import TopicName
@@ -38,6 +44,10 @@ log = logging.getLogger(__name__)
 #: Called to stop serving a bundle's topics: ``graceful`` (unload: flush and persist) or not
 #: (ownership lost: another broker may be writing already, so nothing may be written).
 TopicsStopper = Callable[[Bundle, bool], Awaitable[None]]
+
+
+class BundleSplitError(ServiceNotReady):
+    """The bundle being acquired was split meanwhile (Pulsar: ``ServiceUnitNotReady``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +80,7 @@ class ClusterService:
         self.store = store
         self.me = me
         self.keys = Keys(cluster_name)
-        self.bundle_count = bundles_per_namespace
+        self.boundaries = NamespaceBoundaries(store, self.keys.boundaries, bundles_per_namespace)
         self.ttl = ttl_seconds
         self._stop_topics = stop_topics
         self._lease_id = 0
@@ -78,6 +88,8 @@ class ClusterService:
         self._owned: dict[Bundle, _Owned] = {}
         self._claims: dict[Bundle, asyncio.Lock] = {}
         self._preallocated = Preallocations()
+        #: Started after us, closed before we release our bundles (``balancer.py``).
+        self.balancer: LoadBalancer | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._stopping = False
@@ -89,6 +101,7 @@ class ClusterService:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self.store.connect()
+        await self.boundaries.start()
         await self._register()
         self._task = asyncio.create_task(self._keep_alive_loop(), name="cluster lease")
         log.info("cluster mode: registered %s (lease TTL %d s)", self.me.broker_id, self.ttl)
@@ -96,6 +109,8 @@ class ClusterService:
     async def close(self) -> None:
         """Release every bundle (topics closed cleanly first), then the lease."""
         self._stopping = True  # no new bundle; the lease stays valid for the clean closes
+        if self.balancer is not None:
+            await self.balancer.close()
         for bundle in list(self._owned):
             with contextlib.suppress(Exception):
                 await self.unload(bundle)
@@ -108,6 +123,8 @@ class ClusterService:
         if still_valid:
             with contextlib.suppress(Exception):
                 await self.store.revoke_lease(self._lease_id)
+        with contextlib.suppress(Exception):
+            await self.boundaries.close()
         with contextlib.suppress(Exception):
             await self.store.close()
 
@@ -210,7 +227,7 @@ class ClusterService:
         return not self._closing and time.monotonic() < self._deadline
 
     def bundle_of(self, topic: TopicName) -> Bundle:
-        return bundle_of(topic, self.bundle_count)
+        return self.boundaries.bundle_of(topic)
 
     def epoch_of(self, bundle: Bundle) -> int | None:
         """Our ownership epoch of ``bundle`` if we own it and may serve it now."""
@@ -246,7 +263,7 @@ class ClusterService:
             if not self.lease_valid() or self._stopping:
                 raise ServiceNotReady("this broker's cluster lease is not valid")
             key = self.keys.owner(bundle)
-            await self.store.create(key, self.me.encode(), self._lease_id)
+            await self._create_if_current(key, bundle)
             entry = await self.store.get(key)
             if entry is None:
                 raise ServiceNotReady(f"bundle {bundle.name}: ownership vanished; retry")
@@ -257,9 +274,22 @@ class ClusterService:
             if mine and bundle not in self._owned:
                 self._owned[bundle] = _Owned(epoch)
                 log.info("cluster: acquired bundle %s at epoch %d", bundle.name, epoch)
-                with contextlib.suppress(Exception):  # an unload's hint has served its purpose
+                with contextlib.suppress(Exception):  # an unload's or split's hint is done
                     await self.store.delete(self.keys.assignment(bundle))
             return owner, epoch
+
+    async def _create_if_current(self, key: str, bundle: Bundle) -> None:
+        """Create the ownership key unless the namespace's boundaries changed since our mirror
+        read them (a split elsewhere): a range that no longer exists is never owned."""
+        if not self.boundaries.is_current(bundle):
+            raise BundleSplitError(f"bundle {bundle.name} was split; look the topic up again")
+        guard = self.boundaries.key(bundle.namespace)
+        revision = self.boundaries.revision(bundle.namespace)
+        created = await self.store.create_guarded(
+            key, self.me.encode(), self._lease_id, guard, revision
+        )
+        if not created and await self.store.get(key) is None:
+            raise BundleSplitError(f"bundle {bundle.name} was split; look the topic up again")
 
     async def unload(self, bundle: Bundle, *, move_to: str | None = None) -> bool:
         """Close the bundle's topics cleanly, then give up its ownership. False if not owned.
@@ -285,12 +315,53 @@ class ClusterService:
         log.info("cluster: unloaded bundle %s", bundle.name)
         return True
 
+    async def split(
+        self, bundle: Bundle, points: list[int], targets: list[str] | None = None
+    ) -> list[Bundle] | None:
+        """Split ``bundle`` (ours) at ``points``: close its topics cleanly, leave a hint naming
+        the broker each piece goes to (``targets``; None: this one), write the new boundaries,
+        release it. The pieces are acquired by the next lookups, as any unowned bundle. None
+        if we do not own it (any more)."""
+        owned = self._owned.get(bundle)
+        if owned is None or owned.unloading or not self.lease_valid():
+            return None
+        pieces = split_at(bundle, points)
+        targets = targets or [self.me.broker_id] * len(pieces)
+        owned.unloading = True  # no topic of it is loaded meanwhile
+        try:
+            await self._stop_topics(bundle, True)
+            for piece, target in zip(pieces, targets, strict=True):
+                await self.store.put(self.keys.assignment(piece), target.encode(), self._lease_id)
+            await self.boundaries.split(bundle, points)
+        except BaseException:
+            owned.unloading = False  # still ours, under the old boundaries
+            raise
+        self._owned.pop(bundle, None)
+        with contextlib.suppress(Exception):
+            await self.store.delete_if_created_at(self.keys.owner(bundle), owned.epoch)
+        log.info(
+            "cluster: split bundle %s into %s (to %s)",
+            bundle.name,
+            ", ".join(p.range_name for p in pieces),
+            ", ".join(targets),
+        )
+        return pieces
+
     # -- lookup --------------------------------------------------------------------------------
 
     async def lookup(self, topic: TopicName, authoritative: bool) -> LookupAnswer:
         """Pulsar's lookup: the owner (Connect), else the placement's candidate (Redirect,
         authoritative), else, when the candidate is us or the request is authoritative, we
-        acquire the bundle and answer Connect."""
+        acquire the bundle and answer Connect. A split that our watch has not delivered yet
+        is read from etcd and the lookup made again on the new ranges."""
+        for _ in range(3):
+            try:
+                return await self._lookup(topic, authoritative)
+            except BundleSplitError:
+                await self.boundaries.refresh(str(topic.namespace_name))
+        return await self._lookup(topic, authoritative)
+
+    async def _lookup(self, topic: TopicName, authoritative: bool) -> LookupAnswer:
         bundle = self.bundle_of(topic)
         if self.epoch_of(bundle) is not None:
             return LookupAnswer(self.me, redirect=False, authoritative=True)
@@ -317,16 +388,47 @@ class ClusterService:
             return hint.value.decode()
         owned = await self.store.get_prefix(self.keys.owners)
         owners = [BrokerInfo.decode(entry.value).broker_id for entry in owned]
+        reports = await self.load_reports()
         # No await from here on: concurrent lookups see each other's preallocations.
         self._preallocated.forget_settled(map(self._bundle_of_key, owned), time.monotonic())
         earlier = self._preallocated.candidate(bundle)
         if earlier in alive:
             return earlier
-        chosen = choose_broker(bundle, brokers, owners + self._preallocated.loads())
+        rates = {r.broker_id: r.msg_rate for r in reports.values()}
+        for broker_id, rate in self._preallocated.rates().items():
+            rates[broker_id] = rates.get(broker_id, 0.0) + rate
+        chosen = choose_broker(bundle, brokers, owners + self._preallocated.loads(), rates)
         if chosen is None:
             return ""
-        self._preallocated.place(bundle, chosen.broker_id, time.monotonic())
+        # Its rate as last reported (by a former owner), counted until the candidate owns it.
+        expected = max(
+            (r.bundles[bundle.name].msg_rate for r in reports.values() if bundle.name in r.bundles),
+            default=0.0,
+        )
+        self._preallocated.place(bundle, chosen.broker_id, time.monotonic(), expected)
         return chosen.broker_id
+
+    async def bundle_owners(self) -> dict[Bundle, str]:
+        """Every owned bundle and its owner's broker id, as etcd has them."""
+        owners = {}
+        for entry in await self.store.get_prefix(self.keys.owners):
+            with contextlib.suppress(ValueError, KeyError):
+                owners[self._bundle_of_key(entry)] = BrokerInfo.decode(entry.value).broker_id
+        return owners
+
+    async def load_reports(self) -> dict[str, BrokerLoad]:
+        """The live brokers' latest load reports, by broker id."""
+        reports = {}
+        for entry in await self.store.get_prefix(self.keys.load_reports):
+            with contextlib.suppress(ValueError, KeyError):
+                report = BrokerLoad.decode(entry.value)
+                reports[report.broker_id] = report
+        return reports
+
+    async def publish_load(self, report: BrokerLoad) -> None:
+        await self.store.put(
+            self.keys.load_report(self.me.broker_id), report.encode(), self._lease_id
+        )
 
     def _bundle_of_key(self, entry: Entry) -> Bundle:
         namespace, _, range_name = entry.key.removeprefix(self.keys.owners).rpartition("/")
@@ -344,6 +446,9 @@ class ClusterMember(Protocol):
     service_url_tls: str
     web_url: str
     web_url_tls: str
+
+    @property
+    def topics(self) -> Mapping[str, LoadedTopic]: ...
 
     async def stop_bundle_topics(self, bundle: Bundle, graceful: bool) -> None: ...
 
@@ -370,4 +475,29 @@ async def start_cluster(config: BrokerConfig, service: ClusterMember) -> Cluster
         service.stop_bundle_topics,
     )
     await cluster.start()
+    cluster.balancer = LoadBalancer(
+        cluster, lambda: list(service.topics.values()), balancer_settings(config)
+    )
+    cluster.balancer.start()
     return cluster
+
+
+def balancer_settings(config: BrokerConfig) -> BalancerSettings:
+    """The ``loadBalancer*`` keys, in seconds."""
+    return BalancerSettings(
+        report_interval=config.load_balancer_report_update_min_interval_millis / 1000,
+        shedding_interval=config.load_balancer_shedding_interval_minutes * 60,
+        grace_period=config.load_balancer_shedding_grace_period_minutes * 60,
+        threshold_percent=config.load_balancer_broker_threshold_shedder_percentage,
+        history_weight=config.load_balancer_history_resource_percentage,
+        shedding=config.load_balancer_enabled and config.load_balancer_shedding_enabled,
+        auto_split=config.load_balancer_enabled and config.load_balancer_auto_bundle_split_enabled,
+        unload_split_bundles=config.load_balancer_auto_unload_split_bundles_enabled,
+        limits=SplitLimits(
+            max_topics=config.load_balancer_namespace_bundle_max_topics,
+            max_msg_rate=config.load_balancer_namespace_bundle_max_msg_rate,
+            max_bandwidth_mbytes=config.load_balancer_namespace_bundle_max_bandwidth_mbytes,
+            max_bundles=config.load_balancer_namespace_maximum_bundles,
+            algorithm=config.default_namespace_bundle_split_algorithm,
+        ),
+    )

@@ -135,11 +135,15 @@ class EtcdStore:
     async def delete(self, key: str) -> None:
         await self._call(lambda client: client.delete(key.encode()))
 
-    async def create(self, key: str, value: bytes, lease_id: int) -> bool:
-        """Put ``key`` only if it does not exist (one transaction); whether it was created."""
+    async def create_guarded(
+        self, key: str, value: bytes, lease_id: int, guard: str, guard_revision: int
+    ) -> bool:
+        """Put ``key`` only if it does not exist and ``guard`` was last changed at
+        ``guard_revision`` (0: ``guard`` does not exist), in one transaction."""
         txn = self._client.transactions
         return await self._transaction(
-            [txn.create(key.encode()) == 0], [txn.put(key.encode(), value, lease=lease_id)]
+            [txn.create(key.encode()) == 0, txn.mod(guard.encode()) == guard_revision],
+            [txn.put(key.encode(), value, lease=lease_id)],
         )
 
     async def delete_if_created_at(self, key: str, create_revision: int) -> bool:
