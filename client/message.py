@@ -164,6 +164,23 @@ class Message:
         message._message_id = None
         return message
 
+    @classmethod
+    def of_whole_entry(cls, entry: ReceivedEntry, payload: bytes) -> Message:
+        """A message that is a whole entry (not chunked): the consumer's hot path when
+        messages are not batched; its id is made only when asked for."""
+        message = _new_message(cls)
+        message._data = payload
+        message._entry = entry
+        message._index = -1
+        message._single = None
+        message._message_id = None
+        return message
+
+    def is_chunked(self) -> bool:
+        """Assembled from chunks: acknowledging it acknowledges every chunk's entry."""
+        message_id = self._message_id
+        return message_id is not None and message_id.first_chunk() is not None
+
     def data(self) -> bytes:
         """The payload bytes."""
         return self._data

@@ -140,8 +140,11 @@ class Acknowledger:
             return
         if batch_index >= 0 and batch_size > 0:
             self._acknowledge_in_batch(key, batch_index, batch_size)
-        else:
+        elif message.is_chunked():
             self.acknowledge(message.message_id())
+        else:  # a whole entry: no id needed
+            self._acks.add(wire_entry(key))
+            self._untrack(key)
 
     def acknowledge(self, message_id: MessageId) -> None:
         if self._left(cluster_of(message_id)):
