@@ -183,6 +183,7 @@ EXPECTED: dict[tuple[str, str], frozenset[str | None]] = {
     ("PUT", "/admin/v2/clusters/{cluster}"): SUPER,
     ("POST", "/admin/v2/clusters/{cluster}"): SUPER,
     ("GET", "/admin/v2/brokers/{cluster}"): SUPER,
+    ("GET", "/admin/v2/broker-stats/load-report"): SUPER,  # Pulsar: super-user only
     ("GET", "/admin/v2/tenants"): SUPER,
     ("GET", "/admin/v2/tenants/{tenant}"): SUPER,
     ("PUT", "/admin/v2/tenants/{tenant}"): SUPER,
