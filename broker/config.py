@@ -35,6 +35,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from broker.schemas.strategy import Strategy
 from protocol._accel import PURE_PYTHON_ENV
 
 __all__ = ["ENV_PREFIX", "BrokerConfig", "ConfigError", "config_keys", "load_config"]
@@ -51,18 +52,8 @@ _FRAME_PADDING = 10 * 1024
 # CommandConnected.max_message_size is an int32 on the wire.
 _INT32_MAX = 2**31 - 1
 _MAX_PORT = 65535
-# broker/schemas/strategy.py's names (kept here too: config sits below every broker package).
-_SCHEMA_STRATEGIES = (
-    "UNDEFINED",
-    "ALWAYS_INCOMPATIBLE",
-    "ALWAYS_COMPATIBLE",
-    "BACKWARD",
-    "FORWARD",
-    "FULL",
-    "BACKWARD_TRANSITIVE",
-    "FORWARD_TRANSITIVE",
-    "FULL_TRANSITIVE",
-)
+# Pulsar's schema compatibility strategies, named once (broker/schemas/strategy.py imports nothing).
+_SCHEMA_STRATEGIES = tuple(strategy.value for strategy in Strategy)
 
 
 class ConfigError(Exception):

@@ -10,6 +10,7 @@ import pytest
 
 from broker.auth.check_pool import CheckQueue, CheckQueueFull
 from broker.auth.identity import AuthenticationFailure
+from tests.helpers import wait_until_async
 
 
 async def test_checks_run_off_the_loop_thread() -> None:
@@ -23,8 +24,7 @@ async def test_past_the_limit_a_check_is_refused_at_once() -> None:
     queue = CheckQueue(limit=2)
     gate = threading.Event()
     running = [asyncio.ensure_future(queue.run(gate.wait, 10)) for _ in range(2)]
-    await asyncio.sleep(0)  # both submitted
-    assert queue.pending == 2
+    await wait_until_async(lambda: queue.pending == 2)  # both submitted
     with pytest.raises(CheckQueueFull) as refused:
         await queue.run(gate.wait, 10)
     assert isinstance(refused.value, AuthenticationFailure)  # answered as a failed login
