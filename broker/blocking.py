@@ -37,18 +37,31 @@ R = TypeVar("R")
 #: Threads doing disk work for the whole process (all brokers and topics in it).
 DISK_THREADS = 4
 
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
+
+class LazyPool:
+    """A process-wide thread pool created on first use (a broker that never needs it, or a
+    process that only imports the module, starts no threads)."""
+
+    def __init__(self, threads: int, name: str) -> None:
+        self._threads = threads
+        self._name = name
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> ThreadPoolExecutor:
+        executor = self._executor
+        if executor is None:
+            with self._lock:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(
+                        self._threads, thread_name_prefix=self._name
+                    )
+                executor = self._executor
+        return executor
 
 
-def disk_executor() -> ThreadPoolExecutor:
-    """The process-wide pool for disk work (created on first use)."""
-    global _executor
-    if _executor is None:
-        with _executor_lock:
-            if _executor is None:
-                _executor = ThreadPoolExecutor(DISK_THREADS, thread_name_prefix="magnetar-disk")
-    return _executor
+#: The process-wide pool for disk work.
+disk_executor = LazyPool(DISK_THREADS, "magnetar-disk")
 
 
 def submit_blocking(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> asyncio.Future[R]:

@@ -16,10 +16,11 @@ import asyncio
 import functools
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from broker.auth.identity import AuthenticationFailure
+from broker.blocking import LazyPool
 
 __all__ = ["CHECK_THREADS", "MAX_PENDING_CHECKS", "CheckQueue", "CheckQueueFull"]
 
@@ -30,17 +31,7 @@ CHECK_THREADS = 2
 #: Checks one broker admits at once (queued or running); beyond it, refused at once.
 MAX_PENDING_CHECKS = 16
 
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _check_executor() -> ThreadPoolExecutor:
-    global _executor
-    if _executor is None:
-        with _executor_lock:
-            if _executor is None:
-                _executor = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="magnetar-auth")
-    return _executor
+_check_executor = LazyPool(CHECK_THREADS, "magnetar-auth")
 
 
 class CheckQueueFull(AuthenticationFailure):

@@ -22,6 +22,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from broker.cluster.bundles import Bundle
+from broker.metadata.layout import cluster_root
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ class Keys:
     """The key names of one cluster."""
 
     def __init__(self, cluster_name: str) -> None:
-        self.root = f"/magnetar/{cluster_name}/"
+        self.root = cluster_root(cluster_name)
         self.brokers = f"{self.root}brokers/"
         self.owners = f"{self.root}owners/"
         self.assignments = f"{self.root}assign/"

@@ -19,11 +19,17 @@ from __future__ import annotations
 from urllib.parse import quote, unquote
 
 
+def cluster_root(cluster_name: str) -> str:
+    """The prefix of every etcd key of one cluster: membership and ownership
+    (``broker.cluster.membership``) and admin metadata (here)."""
+    return f"/magnetar/{cluster_name}/"
+
+
 class MetadataKeys:
     """The metadata key names of one cluster."""
 
     def __init__(self, cluster_name: str) -> None:
-        root = f"/magnetar/{cluster_name}/"
+        root = cluster_root(cluster_name)
         self.admin = f"{root}admin/"
         self.schemas = f"{root}schemas/"
         self.policies = f"{self.admin}policies/"
