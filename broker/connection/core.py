@@ -255,6 +255,17 @@ class ServerConnection(asyncio.Protocol):
             return
         if not self._connecting:
             self._decode_frames()
+        if self._backlog is None and not self._connecting:
+            # Reading resumes a turn later: bytes read in this turn's I/O phase would otherwise
+            # be decoded in the same turn, on top of what this one already decoded.
+            self._backlog = self._loop.call_soon(self._resume_reading)
+            return
+        self._sync_reading()
+
+    def _resume_reading(self) -> None:
+        self._backlog = None
+        if not (self._closing or self._refused or self._connecting):
+            self._decode_frames()  # frames buffered meanwhile (none while reading was paused)
         self._sync_reading()
 
     def finish_in_turns(self, step: Callable[[], bool]) -> None:
