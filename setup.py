@@ -46,7 +46,12 @@ def _extensions() -> list[Extension]:
     speedups = Extension(
         "protocol._speedups",
         ["protocol/_speedups.pyx"],
-        depends=["protocol/_crc32c.h", "protocol/_wire.pxi", "protocol/_metadata.pxi"],
+        depends=[
+            "protocol/_crc32c.h",
+            "protocol/_wire.pxi",
+            "protocol/_metadata.pxi",
+            "protocol/_message.pxi",
+        ],
     )
     return cythonize([speedups], compiler_directives={"language_level": "3"}, quiet=True)
 

@@ -1,5 +1,8 @@
 """Which SEND path the package runs: the compiled one (``protocol._speedups``) or the reference.
 
+"The SEND path" for short: the compiled module also decodes MESSAGE frames and their entries
+(``FrameDecoder``, ``decode_entry``), a client's side of the same wire.
+
 The reference is the pure-Python code in ``framing``, ``metadata``, ``send_identity``,
 ``receipts`` and ``checksum``; each of those modules asks ``speedups()`` once, at import, and
 exports the compiled class or function under the public name when there is one. The compiled

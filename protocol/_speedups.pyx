@@ -3,8 +3,9 @@
 
 What it replaces (``protocol/_accel.py`` decides which one the package exports):
 
-* ``FrameDecoder`` (``protocol.framing``): frame split and sizes, and for SEND frames the whole
-  decode: the BaseCommand/CommandSend fields by a varint walk, the payload section, the CRC-32C;
+* ``FrameDecoder`` (``protocol.framing``): frame split and sizes, and for SEND frames (what a
+  broker receives) and MESSAGE frames (what a client receives) the whole decode: the command's
+  fields by a varint walk, the payload section, the CRC-32C;
 * ``SendEntryChecker`` (``protocol.metadata``): the ``MessageMetadata`` fields the broker checks;
 * ``of_send`` (``protocol.send_identity``): the dedup identity, computed while decoding;
 * ``ReceiptEncoder`` (``protocol.receipts``): SEND_RECEIPT bytes;
@@ -310,6 +311,9 @@ cdef class FrameDecoder:
                 frame = _send_frame(base + offset + 4, base + end)
                 if frame is not None:
                     return frame
+                frame = _message_frame(base + offset + 4, base + end)
+                if frame is not None:
+                    return frame
                 try:
                     return _decode_frame(self._buffer, offset + 4, end)
                 except RemoteProtocolError as exc:
@@ -348,6 +352,7 @@ def bind_send_identity(reference_of_send):
 
 
 include "_metadata.pxi"
+include "_message.pxi"
 
 
 # --- SEND_RECEIPT -----------------------------------------------------------------------------

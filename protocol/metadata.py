@@ -166,8 +166,10 @@ def _missing_or_invalid(md: pb.MessageMetadata) -> str:
     return "MessageMetadata lacks producer_name, sequence_id or publish_time"
 
 
-def decode_entry(entry: bytes | memoryview) -> tuple[pb.MessageMetadata, bytes]:
+def py_decode_entry(entry: bytes | memoryview) -> tuple[pb.MessageMetadata, bytes]:
     """Split an entry into its parsed ``MessageMetadata`` and its payload bytes.
+
+    This is the reference; ``decode_entry`` (end of the module) is the compiled one when built.
 
     Raises:
         RemoteProtocolError: sizes do not fit, or the metadata is unparsable or incomplete.
@@ -242,3 +244,10 @@ elif _speedups is not None:
     SendEntryChecker = _speedups.bind_metadata(PySendEntryChecker, ChunkInfo)
 else:
     SendEntryChecker = PySendEntryChecker
+
+if TYPE_CHECKING:
+    decode_entry = py_decode_entry
+elif _speedups is not None:
+    decode_entry = _speedups.bind_decode_entry(py_decode_entry)
+else:
+    decode_entry = py_decode_entry

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from protocol import _speedups
 from protocol._pb import PulsarApi_pb2 as pb
+from protocol.checksum import py_crc32c
 from protocol.errors import RemoteProtocolError
 from protocol.framing import Frame
 
@@ -128,9 +129,13 @@ SEND_NAMES = [
 # --- comparing the two decoders -----------------------------------------------------------
 
 
+MESSAGE_NAMES = ["consumer_id", "redelivery_count", "consumer_epoch"]
+MESSAGE_ID_NAMES = ["ledgerId", "entryId", "partition", "batch_index"]
+
+
 def full_command(frame: Frame) -> pb.BaseCommand:
     command: Any = frame.command
-    if isinstance(command, _speedups.SendCommand):
+    if isinstance(command, (_speedups.SendCommand, _speedups.MessageCommand)):
         parsed: pb.BaseCommand = command._full()
         return parsed
     return frame.command
@@ -147,6 +152,14 @@ def describe(frame: Frame, identity: Any) -> tuple[Any, ...]:
         seen.append([getattr(send, name) for name in SEND_NAMES])
         seen.append([send.HasField(name) for name in SEND_NAMES])
         seen.append(frame.command.HasField("send"))
+    if frame.type == pb.BaseCommand.MESSAGE:
+        message: Any = frame.command.message
+        seen.append([getattr(message, name) for name in MESSAGE_NAMES])
+        seen.append([message.HasField(name) for name in [*MESSAGE_NAMES, "message_id"]])
+        seen.append(list(message.ack_set))
+        seen.append([getattr(message.message_id, name) for name in MESSAGE_ID_NAMES])
+        seen.append([message.message_id.HasField(name) for name in MESSAGE_ID_NAMES])
+        seen.append(list(message.message_id.ack_set))
     return tuple(seen)
 
 
@@ -165,3 +178,38 @@ def outcomes(decoder: Any, chunks: list[bytes], identity: Any) -> list[Any]:
         except RemoteProtocolError as again:
             seen.append((type(again), str(again)))
     return seen
+
+
+# --- payload sections (SEND and MESSAGE frames) ----------------------------------------------
+
+
+@st.composite
+def metadata_entries(draw: st.DrawFn) -> bytes:
+    """``[metadataSize][metadata][payload]``; the size sometimes wrong, the entry short."""
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=draw(ints) % (1 << 64))
+    metadata.publish_time = 1
+    if draw(st.booleans()):
+        metadata.num_messages_in_batch = draw(st.integers(-2, 3))
+    raw = metadata.SerializePartialToString()
+    payload = draw(st.binary(max_size=16))
+    size = len(raw) + draw(st.sampled_from([0] * 12 + [1, -1, 1000]))
+    entry = struct.pack(">I", size % (1 << 32)) + raw + payload
+    return entry[: draw(st.sampled_from([len(entry)] * 12 + [3, 0]))]
+
+
+@st.composite
+def payload_sections(draw: st.DrawFn) -> bytes:
+    entry = draw(metadata_entries())
+    crc = py_crc32c(entry)
+    kind = draw(st.integers(0, 9))
+    if kind == 0:
+        return entry
+    if kind == 1:  # a bad checksum
+        return struct.pack(">HI", 0x0E01, crc ^ draw(st.integers(1, 0xFFFFFFFF))) + entry
+    if kind == 2:  # broker entry metadata (a MESSAGE thing) in front of the checksum
+        broker_metadata = draw(st.binary(max_size=6))
+        section = struct.pack(">HI", 0x0E02, len(broker_metadata)) + broker_metadata
+        return section + struct.pack(">HI", 0x0E01, crc) + entry
+    if kind == 3:  # a checksum and no entry behind it, or a bare magic
+        return struct.pack(">HI", 0x0E01, crc)[: draw(st.integers(2, 6))]
+    return struct.pack(">HI", 0x0E01, crc) + entry

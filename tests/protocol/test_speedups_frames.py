@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 
 from protocol import _speedups, commands
 from protocol._pb import PulsarApi_pb2 as pb
-from protocol.checksum import py_crc32c
 from protocol.errors import RemoteProtocolError
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE, PyFrameDecoder
 from protocol.send_identity import py_of_send
@@ -29,6 +28,7 @@ from tests.protocol.speedups_wire import (
     frame_of,
     ints,
     outcomes,
+    payload_sections,
     varint,
 )
 
@@ -77,38 +77,6 @@ def commands_around(draw: st.DrawFn, body: bytes) -> bytes:
         extra = draw(st.sampled_from([field_bytes(200, 0, 1), field_bytes(1, 0, 6), b"\x00"]))
         return field_bytes(1, 0, 6) + field_bytes(6, 2, body) + extra
     return field_bytes(1, 0, 6) + field_bytes(6, 2, body)
-
-
-@st.composite
-def metadata_entries(draw: st.DrawFn) -> bytes:
-    """``[metadataSize][metadata][payload]``; the size sometimes wrong, the entry short."""
-    metadata = pb.MessageMetadata(producer_name="p", sequence_id=draw(ints) % (1 << 64))
-    metadata.publish_time = 1
-    if draw(st.booleans()):
-        metadata.num_messages_in_batch = draw(st.integers(-2, 3))
-    raw = metadata.SerializePartialToString()
-    payload = draw(st.binary(max_size=16))
-    size = len(raw) + draw(st.sampled_from([0] * 12 + [1, -1, 1000]))
-    entry = struct.pack(">I", size % (1 << 32)) + raw + payload
-    return entry[: draw(st.sampled_from([len(entry)] * 12 + [3, 0]))]
-
-
-@st.composite
-def payload_sections(draw: st.DrawFn) -> bytes:
-    entry = draw(metadata_entries())
-    crc = py_crc32c(entry)
-    kind = draw(st.integers(0, 9))
-    if kind == 0:
-        return entry
-    if kind == 1:  # a bad checksum
-        return struct.pack(">HI", 0x0E01, crc ^ draw(st.integers(1, 0xFFFFFFFF))) + entry
-    if kind == 2:  # broker entry metadata (a MESSAGE thing) in front of the checksum
-        broker_metadata = draw(st.binary(max_size=6))
-        section = struct.pack(">HI", 0x0E02, len(broker_metadata)) + broker_metadata
-        return section + struct.pack(">HI", 0x0E01, crc) + entry
-    if kind == 3:  # a checksum and no entry behind it, or a bare magic
-        return struct.pack(">HI", 0x0E01, crc)[: draw(st.integers(2, 6))]
-    return struct.pack(">HI", 0x0E01, crc) + entry
 
 
 @st.composite

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from protocol import _speedups
 from protocol._pb import PulsarApi_pb2 as pb
 from protocol.errors import RemoteProtocolError
-from protocol.metadata import ChunkInfo, PySendEntryChecker
+from protocol.metadata import ChunkInfo, PySendEntryChecker, py_decode_entry
 from tests.protocol.speedups_wire import field_bytes, fields_of, ints, texts
 
 # MessageMetadata field number -> wire type (PulsarApi.proto).
@@ -131,3 +131,45 @@ def test_errors_come_with_the_reference_message() -> None:
     message = "num_messages_in_batch 3 contradicts the SEND's num_messages 2"
     with pytest.raises(RemoteProtocolError, match=f"^{message}$"):
         _speedups.SendEntryChecker().check(_entry(md), 2)
+
+
+# --- decode_entry (a consumer's per-entry parse) ----------------------------------------------
+
+
+def decoded(decode: Any, entry: Any) -> Any:
+    try:
+        metadata, payload = decode(entry)
+    except RemoteProtocolError as exc:
+        return (type(exc), str(exc))
+    return (type(metadata), metadata.SerializePartialToString(), metadata.ListFields(), payload)
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(entries(), min_size=1, max_size=4))
+def test_decode_entry_same_results_on_generated_entries(cases: list[tuple[Any, Any]]) -> None:
+    for entry, _ in cases:
+        assert decoded(_speedups.decode_entry, entry) == decoded(py_decode_entry, entry)
+
+
+@pytest.mark.parametrize(
+    "key_value",
+    [
+        b"\x0a\x01k",  # no value: IsInitialized fails
+        b"\x12\x01v",  # no key
+        b"\x08\x01\x12\x01v",  # the key as a varint: an unknown field to upb, so still no key
+        b"\x0a\x01k\x12\x00",  # an empty value is a value
+    ],
+)
+def test_decode_entry_checks_properties_as_the_reference(key_value: bytes) -> None:
+    metadata = (
+        field_bytes(1, 2, b"p") + field_bytes(2, 0, 1) + field_bytes(3, 0, 1)
+    ) + field_bytes(4, 2, key_value)
+    entry = struct.pack(">I", len(metadata)) + metadata + b"payload"
+    assert decoded(_speedups.decode_entry, entry) == decoded(py_decode_entry, entry)
+
+
+def test_decode_entry_of_an_ordinary_entry() -> None:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=4, publish_time=5)
+    md.properties.add(key="a", value="b")
+    metadata, payload = _speedups.decode_entry(_entry(md))
+    assert (metadata, payload) == (md, b"payload")

@@ -21,18 +21,22 @@ REPO = Path(__file__).resolve().parents[2]
 PURE = os.environ.get(_accel.PURE_PYTHON_ENV) == "1"
 
 #: Integration tests of the SEND path: frames and entries refused, dedup, chunks, the
-#: connection's decoding; about 15 s.
+#: connection's decoding; and of a client's MESSAGE path; about 25 s.
 SEND_PATH_TESTS = [
     "tests/integration/test_bad_entries.py",
     "tests/integration/test_malformed_input.py",
     "tests/integration/test_dedup_client.py",
     "tests/integration/test_chunking.py",
     "tests/broker/connection/test_connection.py",
+    # The MESSAGE path of a client: frames, entries, batches, acknowledgements.
+    "tests/client/consumer/test_entries.py",
+    "tests/client/consumer/test_async_consumer.py",
 ]
 
 EXPORTS = [
     (framing, "FrameDecoder", framing.PyFrameDecoder, _speedups.FrameDecoder),
     (metadata, "SendEntryChecker", metadata.PySendEntryChecker, _speedups.SendEntryChecker),
+    (metadata, "decode_entry", metadata.py_decode_entry, _speedups.decode_entry),
     (receipts, "ReceiptEncoder", receipts.PyReceiptEncoder, _speedups.ReceiptEncoder),
     (send_identity, "of_send", send_identity.py_of_send, _speedups.of_send),
     (checksum, "crc32c", checksum.py_crc32c, _speedups.crc32c),
@@ -67,6 +71,7 @@ decoder = framing.FrameDecoder()
 decoder.feed(commands.send(1, 2, b"\\x00\\x00\\x00\\x00", num_messages=3))
 print(send_identity.of_send(next(decoder).command.send))
 for module, name in ((framing, "FrameDecoder"), (metadata, "SendEntryChecker"),
+                     (metadata, "decode_entry"),
                      (receipts, "ReceiptEncoder"), (send_identity, "of_send"),
                      (checksum, "crc32c")):
     print(name, getattr(module, name).__module__)

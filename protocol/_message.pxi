@@ -1,0 +1,331 @@
+# MESSAGE frames, decoded in C (included by _speedups.pyx). What a client receives most: the
+# CommandMessage fields every consumer reads (consumer id, entry position, redelivery count,
+# epoch) as plain attributes, the payload section and its CRC-32C, without a protobuf parse.
+# Same rule as the SEND path: only the layout a broker writes is taken here (type then message,
+# a MessageIdData of scalars, no ack_set); anything else goes to the reference on the same bytes.
+
+cdef enum:
+    MESSAGE_TYPE = 9
+
+
+cdef dict _MESSAGE_FIELD_BITS = {
+    "consumer_id": 1 << 1,
+    "message_id": 1 << 2,
+    "redelivery_count": 1 << 3,
+    "consumer_epoch": 1 << 5,
+}
+
+cdef dict _MESSAGE_ID_FIELD_BITS = {
+    "ledgerId": 1 << 1,
+    "entryId": 1 << 2,
+    "partition": 1 << 3,
+    "batch_index": 1 << 4,
+}
+
+cdef tuple _NO_ACK_SET = ()
+
+
+cdef class MessageCommand
+
+
+cdef class MessageIdFields:
+    """The ``MessageIdData`` of a MESSAGE decoded here: position fields as attributes."""
+
+    cdef readonly uint64_t ledgerId
+    cdef readonly uint64_t entryId
+    cdef readonly int32_t partition
+    cdef readonly int32_t batch_index
+    cdef uint32_t _present
+    cdef MessageCommand _command
+
+    def HasField(self, name):
+        bit = _MESSAGE_ID_FIELD_BITS.get(name)
+        if bit is None:
+            return self._command._full().message.message_id.HasField(name)
+        return (self._present & <uint32_t>bit) != 0
+
+    def __getattr__(self, name):
+        return getattr(self._command._full().message.message_id, name)
+
+    def __eq__(self, other):
+        return self._command._full().message.message_id == other
+
+    def __repr__(self):
+        return repr(self._command._full().message.message_id)
+
+
+cdef class MessageFields:
+    """The ``CommandMessage`` of a MESSAGE decoded here (``ack_set`` is always empty: a frame
+    carrying one is left to the reference); other attributes from a protobuf parse on use."""
+
+    cdef readonly uint64_t consumer_id
+    cdef readonly MessageIdFields message_id
+    cdef readonly uint32_t redelivery_count
+    cdef readonly uint64_t consumer_epoch
+    cdef uint32_t _present
+    cdef MessageCommand _command
+
+    @property
+    def ack_set(self):
+        return _NO_ACK_SET
+
+    def HasField(self, name):
+        bit = _MESSAGE_FIELD_BITS.get(name)
+        if bit is None:
+            return self._command._full().message.HasField(name)
+        return (self._present & <uint32_t>bit) != 0
+
+    def __getattr__(self, name):
+        return getattr(self._command._full().message, name)
+
+    def __eq__(self, other):
+        return self._command._full().message == other
+
+    def __repr__(self):
+        return repr(self._command._full().message)
+
+
+cdef class MessageCommand:
+    """A MESSAGE's ``BaseCommand`` as the compiled decoder gives it (see ``SendCommand``)."""
+
+    cdef readonly MessageFields message
+    cdef bytes _raw
+    cdef object _parsed
+
+    @property
+    def type(self):
+        return MESSAGE_TYPE
+
+    def _full(self):
+        if self._parsed is None:
+            self._parsed = _pb.BaseCommand.FromString(self._raw)
+        return self._parsed
+
+    def HasField(self, name):
+        if name == "type" or name == "message":
+            return True
+        return self._full().HasField(name)
+
+    def __getattr__(self, name):
+        return getattr(self._full(), name)
+
+    def __eq__(self, other):
+        if isinstance(other, MessageCommand):
+            other = (<MessageCommand>other)._full()
+        return self._full() == other
+
+    def __repr__(self):
+        return repr(self._full())
+
+
+cdef bint _parse_message_id(const uint8_t *p, const uint8_t *end, MessageIdFields fields) noexcept:
+    """Walk a MessageIdData of scalars; False for anything else (ack_set, chunk ids, ...)."""
+    cdef uint32_t field, wire
+    cdef uint64_t value
+    fields.partition = -1  # the proto defaults
+    fields.batch_index = -1
+    while p < end:
+        p = _tag(p, end, &field, &wire)
+        if p == NULL:
+            return False
+        if field > 7:
+            p = _skip(p, end, wire)
+            if p == NULL:
+                return False
+            continue
+        if wire != 0 or field > 4:
+            return False
+        p = _varint(p, end, &value)
+        if p == NULL:
+            return False
+        fields._present |= <uint32_t>1 << field
+        if field == 1:
+            fields.ledgerId = value
+        elif field == 2:
+            fields.entryId = value
+        elif field == 3:
+            fields.partition = <int32_t><uint32_t>value
+        else:
+            fields.batch_index = <int32_t><uint32_t>value
+    return (fields._present & 0b110) == 0b110
+
+
+cdef bint _parse_message(const uint8_t *p, const uint8_t *end, MessageFields fields) noexcept:
+    """Walk a CommandMessage; False when anything is not the common layout."""
+    cdef uint32_t field, wire
+    cdef uint64_t value
+    cdef Py_ssize_t size
+    cdef MessageIdFields message_id
+    while p < end:
+        p = _tag(p, end, &field, &wire)
+        if p == NULL:
+            return False
+        if field > 5:
+            p = _skip(p, end, wire)
+            if p == NULL:
+                return False
+            continue
+        if field == 2:
+            # Twice would merge the two in protobuf: the reference does that.
+            if wire != 2 or fields._present & (1 << 2):
+                return False
+            p = _length(p, end, &size)
+            if p == NULL:
+                return False
+            message_id = MessageIdFields.__new__(MessageIdFields)
+            if not _parse_message_id(p, p + size, message_id):
+                return False
+            fields.message_id = message_id
+            fields._present |= 1 << 2
+            p += size
+            continue
+        if wire != 0 or field == 4:  # ack_set (PIP-54 partial batches): the reference
+            return False
+        p = _varint(p, end, &value)
+        if p == NULL:
+            return False
+        fields._present |= <uint32_t>1 << field
+        if field == 1:
+            fields.consumer_id = value
+        elif field == 3:
+            if value > UINT32_MAX:  # truncated by protobuf: not a layout any broker writes
+                return False
+            fields.redelivery_count = <uint32_t>value
+        else:
+            fields.consumer_epoch = value
+    return (fields._present & 0b110) == 0b110
+
+
+cdef object _message_frame(const uint8_t *start, const uint8_t *end):
+    """The Frame of a MESSAGE in ``[start, end)`` (after totalSize), or None: not recognised."""
+    cdef uint32_t command_size = _be32(start)
+    cdef const uint8_t *command = start + 4
+    cdef const uint8_t *command_end
+    cdef const uint8_t *p
+    cdef Py_ssize_t size
+    cdef MessageFields fields
+    cdef MessageCommand parsed
+    cdef bint has_checksum = False
+    cdef uint32_t expected = 0
+    cdef uint32_t skipped
+    if command_size > <uint64_t>(end - command) or command_size < 4:
+        return None
+    command_end = command + command_size
+    if command[0] != 0x08 or command[1] != MESSAGE_TYPE or command[2] != 0x4A:
+        return None
+    p = _length(command + 3, command_end, &size)
+    if p == NULL or p + size != command_end:
+        return None
+    fields = MessageFields.__new__(MessageFields)
+    if not _parse_message(p, command_end, fields):
+        return None
+    p = command_end
+    if end - p >= 6 and ((p[0] << 8) | p[1]) == MAGIC_BROKER_ENTRY_METADATA:
+        skipped = _be32(p + 2)
+        if skipped > <uint64_t>(end - p - 6):
+            return None
+        p += 6 + skipped
+    if end - p >= 6 and ((p[0] << 8) | p[1]) == MAGIC_CRC32C:
+        expected = _be32(p + 2)
+        has_checksum = True
+        p += 6
+    if end - p < 4 or _be32(p) > <uint64_t>(end - p - 4):
+        return None
+    entry = PyBytes_FromStringAndSize(<const char *>p, end - p)
+    checksum_valid = (not has_checksum) or magnetar_crc32c(0, p, end - p) == expected
+    parsed = MessageCommand.__new__(MessageCommand)
+    parsed._raw = PyBytes_FromStringAndSize(<const char *>command, command_size)
+    parsed.message = fields
+    fields._command = parsed
+    fields.message_id._command = parsed
+    return _Frame(parsed, MESSAGE_TYPE, entry, checksum_valid, has_checksum)
+
+
+# --- decode_entry: an entry's MessageMetadata and payload (what a consumer does per entry) ------
+
+cdef object _reference_decode_entry = None
+cdef object _MessageMetadata_FromString = _pb.MessageMetadata.FromString
+
+
+cdef bint _key_value_complete(const uint8_t *p, const uint8_t *end) noexcept nogil:
+    """A KeyValue with both required strings (else upb's IsInitialized says no)."""
+    cdef uint32_t field, wire
+    cdef Py_ssize_t size
+    cdef uint32_t seen = 0
+    while p < end:
+        p = _tag(p, end, &field, &wire)
+        if p == NULL:
+            return False
+        if wire == 2 and (field == 1 or field == 2):
+            seen |= field
+        p = _skip(p, end, wire)
+        if p == NULL:
+            return False
+    return seen == 3
+
+
+cdef bint _complete_properties(const uint8_t *p, const uint8_t *end) noexcept nogil:
+    """Every ``properties`` entry of a metadata the walk accepted is a complete KeyValue."""
+    cdef uint32_t field, wire
+    cdef Py_ssize_t size
+    while p < end:
+        p = _tag(p, end, &field, &wire)
+        if p == NULL:
+            return False
+        if field == 4 and wire == 2:
+            p = _length(p, end, &size)
+            if p == NULL or not _key_value_complete(p, p + size):
+                return False
+            p += size
+            continue
+        p = _skip(p, end, wire)
+        if p == NULL:
+            return False
+    return True
+
+
+def decode_entry(entry):
+    """``protocol.metadata.decode_entry``: the same results and errors. The metadata is parsed
+    by upb as there; the checks around it (sizes, required fields, UTF-8 of the names) are done
+    by the walk of the SEND path, and anything it does not accept goes to the reference."""
+    cdef _Facts facts
+    cdef Py_ssize_t size
+    cdef uint32_t metadata_size
+    cdef const uint8_t *base
+    if type(entry) is not bytes:
+        return _reference_decode_entry(entry)
+    size = PyBytes_GET_SIZE(entry)
+    base = <const uint8_t *>PyBytes_AS_STRING(entry)
+    if size < 4:
+        return _reference_decode_entry(entry)
+    metadata_size = _be32(base)
+    if metadata_size > <uint64_t>(size - 4):
+        return _reference_decode_entry(entry)
+    facts.name = NULL
+    facts.key = NULL
+    facts.uuid = NULL
+    facts.name_size = facts.key_size = facts.uuid_size = 0
+    facts.has_sequence = facts.has_publish_time = False
+    if (
+        not _walk_metadata(base + 4, base + 4 + metadata_size, &facts)
+        or facts.name == NULL
+        or not facts.has_sequence
+        or not facts.has_publish_time
+        or not _utf8(facts.name, facts.name_size)
+        or (facts.key != NULL and not _utf8(facts.key, facts.key_size))
+        or not _complete_properties(base + 4, base + 4 + metadata_size)
+    ):
+        return _reference_decode_entry(entry)
+    metadata = _MessageMetadata_FromString(
+        PyBytes_FromStringAndSize(<const char *>base + 4, metadata_size)
+    )
+    payload = PyBytes_FromStringAndSize(
+        <const char *>base + 4 + metadata_size, size - 4 - metadata_size
+    )
+    return metadata, payload
+
+
+def bind_decode_entry(reference):
+    global _reference_decode_entry
+    _reference_decode_entry = reference
+    return decode_entry
