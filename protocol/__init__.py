@@ -30,7 +30,13 @@ from protocol.framing import (
     encode_payload_command,
 )
 from protocol.ids import MessageId
-from protocol.metadata import EntryMetadata, decode_entry, encode_entry, parse_entry_metadata
+from protocol.metadata import (
+    EntryMetadata,
+    decode_entry,
+    decode_entry_plain,
+    encode_entry,
+    parse_entry_metadata,
+)
 from protocol.topic_name import InvalidTopicNameError, TopicName
 
 __all__ = [
@@ -58,6 +64,7 @@ __all__ = [
     "crc32c",
     "decode_batch",
     "decode_entry",
+    "decode_entry_plain",
     "encode_batch",
     "encode_command",
     "encode_entry",

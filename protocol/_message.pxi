@@ -244,6 +244,7 @@ cdef object _message_frame(const uint8_t *start, const uint8_t *end):
 # --- decode_entry: an entry's MessageMetadata and payload (what a consumer does per entry) ------
 
 cdef object _reference_decode_entry = None
+cdef object _reference_decode_entry_plain = None
 cdef object _MessageMetadata_FromString = _pb.MessageMetadata.FromString
 
 
@@ -284,28 +285,29 @@ cdef bint _complete_properties(const uint8_t *p, const uint8_t *end) noexcept no
     return True
 
 
-def decode_entry(entry):
-    """``protocol.metadata.decode_entry``: the same results and errors. The metadata is parsed
-    by upb as there; the checks around it (sizes, required fields, UTF-8 of the names) are done
-    by the walk of the SEND path, and anything it does not accept goes to the reference."""
+cdef object _decoded(object entry, bint plain_wanted):
+    """The body of ``decode_entry`` and ``decode_entry_plain``; None: the reference decides."""
     cdef _Facts facts
     cdef Py_ssize_t size
     cdef uint32_t metadata_size
     cdef const uint8_t *base
+    cdef bint plain
     if type(entry) is not bytes:
-        return _reference_decode_entry(entry)
+        return None
     size = PyBytes_GET_SIZE(entry)
     base = <const uint8_t *>PyBytes_AS_STRING(entry)
     if size < 4:
-        return _reference_decode_entry(entry)
+        return None
     metadata_size = _be32(base)
     if metadata_size > <uint64_t>(size - 4):
-        return _reference_decode_entry(entry)
+        return None
     facts.name = NULL
     facts.key = NULL
     facts.uuid = NULL
     facts.name_size = facts.key_size = facts.uuid_size = 0
     facts.has_sequence = facts.has_publish_time = False
+    facts.has_in_batch = facts.has_compression = False
+    facts.num_chunks = 0
     if (
         not _walk_metadata(base + 4, base + 4 + metadata_size, &facts)
         or facts.name == NULL
@@ -315,17 +317,122 @@ def decode_entry(entry):
         or (facts.key != NULL and not _utf8(facts.key, facts.key_size))
         or not _complete_properties(base + 4, base + 4 + metadata_size)
     ):
-        return _reference_decode_entry(entry)
+        return None
     metadata = _MessageMetadata_FromString(
         PyBytes_FromStringAndSize(<const char *>base + 4, metadata_size)
     )
     payload = PyBytes_FromStringAndSize(
         <const char *>base + 4 + metadata_size, size - 4 - metadata_size
     )
-    return metadata, payload
+    if not plain_wanted:
+        return metadata, payload
+    # Encryption keys never pass the walk. The compression value is read back from the parsed
+    # message: an enum value upb does not know reads as NONE there, as for the reference.
+    plain = not facts.has_in_batch and facts.num_chunks == 0
+    if plain and facts.has_compression:
+        plain = metadata.compression == 0
+    return metadata, payload, plain
 
 
-def bind_decode_entry(reference):
-    global _reference_decode_entry
+def decode_entry(entry):
+    """``protocol.metadata.decode_entry``: the same results and errors. The metadata is parsed
+    by upb as there; the checks around it (sizes, required fields, UTF-8 of the names) are done
+    by the walk of the SEND path, and anything it does not accept goes to the reference."""
+    decoded = _decoded(entry, False)
+    return _reference_decode_entry(entry) if decoded is None else decoded
+
+
+def decode_entry_plain(entry):
+    """``protocol.metadata.decode_entry_plain``: ``decode_entry`` and whether the entry is one
+    plain message (no batch, chunk, compression or encryption), from the walk's facts."""
+    decoded = _decoded(entry, True)
+    return _reference_decode_entry_plain(entry) if decoded is None else decoded
+
+
+def bind_decode_entry(reference, reference_plain):
+    global _reference_decode_entry, _reference_decode_entry_plain
     _reference_decode_entry = reference
-    return decode_entry
+    _reference_decode_entry_plain = reference_plain
+    return decode_entry, decode_entry_plain
+
+
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+
+
+# --- ACK of whole entries (a consumer's grouped individual acknowledgements) -------------------
+
+cdef enum:
+    ACK_TYPE = 10
+
+
+cdef inline void _ack_be32(uint8_t *p, uint32_t value) noexcept nogil:
+    p[0] = <uint8_t>(value >> 24)
+    p[1] = <uint8_t>(value >> 16)
+    p[2] = <uint8_t>(value >> 8)
+    p[3] = <uint8_t>value
+
+
+cdef inline Py_ssize_t _ack_varint_size(uint64_t value) noexcept nogil:
+    cdef Py_ssize_t size = 1
+    while value >= 0x80:
+        value >>= 7
+        size += 1
+    return size
+
+
+def ack_entries(consumer_id, entries):
+    """``protocol.commands.consumers.py_ack_entries``: the same bytes, written in one buffer."""
+    cdef Py_ssize_t count = len(entries)
+    cdef Py_ssize_t i, id_size, sub_size, body_size
+    cdef uint64_t consumer = _u64(consumer_id)
+    cdef uint64_t *keys
+    cdef uint8_t *p
+    cdef bytes out
+    if count == 0:
+        return _reference_ack_entries(consumer_id, entries)
+    keys = <uint64_t *>PyMem_Malloc(2 * count * sizeof(uint64_t))
+    if keys == NULL:
+        raise MemoryError()
+    try:
+        # Sizes first (a MessageIdData is at most 22 bytes: its length is one byte).
+        sub_size = 1 + _ack_varint_size(consumer) + 2
+        for i in range(count):
+            ledger, entry = entries[i]
+            keys[2 * i] = _u64(ledger)
+            keys[2 * i + 1] = _u64(entry)
+            id_size = 2 + _ack_varint_size(keys[2 * i]) + _ack_varint_size(keys[2 * i + 1])
+            sub_size += 2 + id_size
+        body_size = 2 + 1 + _ack_varint_size(<uint64_t>sub_size) + sub_size
+        out = PyBytes_FromStringAndSize(NULL, 8 + body_size)  # filled in below, then shared
+        p = <uint8_t *>PyBytes_AS_STRING(out)
+        _ack_be32(p, <uint32_t>(4 + body_size))
+        _ack_be32(p + 4, <uint32_t>body_size)
+        p += 8
+        p[0] = 0x08
+        p[1] = ACK_TYPE
+        p[2] = 0x52  # field 10, length-delimited
+        p = _put_varint(p + 3, <uint64_t>sub_size)
+        p[0] = 0x08
+        p = _put_varint(p + 1, consumer)
+        p[0] = 0x10  # ack_type Individual
+        p[1] = 0
+        p += 2
+        for i in range(count):
+            p[0] = 0x1A
+            p[1] = <uint8_t>(2 + _ack_varint_size(keys[2 * i]) + _ack_varint_size(keys[2 * i + 1]))
+            p[2] = 0x08
+            p = _put_varint(p + 3, keys[2 * i])
+            p[0] = 0x10
+            p = _put_varint(p + 1, keys[2 * i + 1])
+    finally:
+        PyMem_Free(keys)
+    return out
+
+
+cdef object _reference_ack_entries = None
+
+
+def bind_ack_entries(reference):
+    global _reference_ack_entries
+    _reference_ack_entries = reference
+    return ack_entries

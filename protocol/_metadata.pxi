@@ -10,6 +10,8 @@ cdef struct _Facts:
     bint has_sequence
     bint has_publish_time
     int32_t in_batch
+    bint has_in_batch  # for decode_entry_plain (_message.pxi)
+    bint has_compression
     int32_t num_chunks
     int32_t chunk_id
 
@@ -70,6 +72,9 @@ cdef bint _walk_metadata(const uint8_t *p, const uint8_t *end, _Facts *facts) no
             facts.has_publish_time = True
         elif field == 11:
             facts.in_batch = <int32_t><uint32_t>value
+            facts.has_in_batch = True
+        elif field == 8:
+            facts.has_compression = True
         elif field == 27:
             facts.num_chunks = <int32_t><uint32_t>value
         elif field == 29:
@@ -108,6 +113,7 @@ cdef class SendEntryChecker:
         facts.name_size = facts.key_size = facts.uuid_size = 0
         facts.has_sequence = facts.has_publish_time = False
         facts.in_batch = 1  # the proto default: right for an entry that is not a batch
+        facts.has_in_batch = facts.has_compression = False
         facts.num_chunks = 0
         facts.chunk_id = 0
         if not _walk_metadata(base + 4, base + 4 + metadata_size, &facts):

@@ -178,6 +178,22 @@ def py_decode_entry(entry: bytes | memoryview) -> tuple[pb.MessageMetadata, byte
     return metadata, bytes(entry[payload_offset:])
 
 
+def py_decode_entry_plain(entry: bytes | memoryview) -> tuple[pb.MessageMetadata, bytes, bool]:
+    """``decode_entry``, and whether the entry is one plain message: not a batch, not a chunk,
+    not compressed, not encrypted (what a consumer can hand out as it is).
+
+    This is the reference; ``decode_entry_plain`` is the compiled one when built.
+    """
+    metadata, payload = py_decode_entry(entry)
+    plain = not (
+        metadata.encryption_keys
+        or metadata.HasField("num_messages_in_batch")
+        or metadata.num_chunks_from_msg
+        or metadata.compression
+    )
+    return metadata, payload, plain
+
+
 def parse_entry_metadata(entry: bytes | memoryview) -> EntryMetadata:
     """Read the metadata facts of a stored entry.
 
@@ -247,7 +263,10 @@ else:
 
 if TYPE_CHECKING:
     decode_entry = py_decode_entry
+    decode_entry_plain = py_decode_entry_plain
 elif _speedups is not None:
-    decode_entry = _speedups.bind_decode_entry(py_decode_entry)
+    decode_entry, decode_entry_plain = _speedups.bind_decode_entry(
+        py_decode_entry, py_decode_entry_plain
+    )
 else:
-    decode_entry = py_decode_entry
+    decode_entry, decode_entry_plain = py_decode_entry, py_decode_entry_plain

@@ -13,8 +13,10 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from client.acks import EntryKey
 from protocol import commands
 from protocol.commands import AckIdentity
+from protocol.ids import MessageId as WireMessageId
 
 if TYPE_CHECKING:
     from client.connection import Connection
@@ -26,9 +28,14 @@ _ACK_GROUPING_MAX_SIZE = 1000
 
 
 class AckGrouper:
-    """Pending acknowledgements of one consumer; ``connection()`` is where they go now."""
+    """Pending acknowledgements of one consumer; ``connection()`` is where they go now.
 
-    __slots__ = ("_acks", "_connection", "_consumer_id", "_loop", "_timer")
+    Whole entries (nearly every acknowledgement) are kept as ``(ledger id, entry id)`` and
+    written by ``commands.ack_entries`` in one step; anything else (part of a batch with its
+    ack set) as the ``AckIdentity`` ``commands.ack`` takes. One ACK command carries both.
+    """
+
+    __slots__ = ("_connection", "_consumer_id", "_entries", "_loop", "_others", "_timer")
 
     def __init__(
         self,
@@ -39,13 +46,26 @@ class AckGrouper:
         self._loop = loop
         self._consumer_id = consumer_id
         self._connection = connection
-        self._acks: list[AckIdentity] = []
+        self._entries: list[EntryKey] = []
+        self._others: list[AckIdentity] = []
         self._timer: asyncio.TimerHandle | None = None
 
+    def __len__(self) -> int:
+        return len(self._entries) + len(self._others)
+
+    def add_entry(self, key: EntryKey) -> None:
+        """Acknowledge the whole entry ``key``."""
+        entries = self._entries
+        entries.append(key)
+        if len(entries) + len(self._others) >= _ACK_GROUPING_MAX_SIZE:
+            self.flush()
+        elif self._timer is None:
+            self._timer = self._loop.call_later(_ACK_GROUPING_TIME, self.flush)
+
     def add(self, item: AckIdentity) -> None:
-        acks = self._acks
-        acks.append(item)
-        if len(acks) >= _ACK_GROUPING_MAX_SIZE:
+        others = self._others
+        others.append(item)
+        if len(self._entries) + len(others) >= _ACK_GROUPING_MAX_SIZE:
             self.flush()
         elif self._timer is None:
             self._timer = self._loop.call_later(_ACK_GROUPING_TIME, self.flush)
@@ -54,13 +74,16 @@ class AckGrouper:
         timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()
-        if not self._acks:
+        if not self._entries and not self._others:
             return
         cnx = self._connection()
         if cnx is None or not cnx.is_ready:
             return  # kept: sent once subscribed again
-        acks, self._acks = self._acks, []
-        cnx.write(commands.ack(self._consumer_id, acks))
+        if self._others:
+            cnx.write(commands.ack(self._consumer_id, self.take()))
+            return
+        entries, self._entries = self._entries, []
+        cnx.write(commands.ack_entries(self._consumer_id, entries))
 
     def write(self, frame: bytes) -> None:
         """Write ``frame`` after the pending group (keeps the order of individual and
@@ -75,5 +98,6 @@ class AckGrouper:
         timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()
-        acks, self._acks = self._acks, []
-        return acks
+        entries, self._entries = self._entries, []
+        others, self._others = self._others, []
+        return [WireMessageId(ledger, entry) for ledger, entry in entries] + others

@@ -143,7 +143,7 @@ class Acknowledger:
         elif message.is_chunked():
             self.acknowledge(message.message_id())
         else:  # a whole entry: no id needed
-            self._acks.add(wire_entry(key))
+            self._acks.add_entry(key)
             self._untrack(key)
 
     def acknowledge(self, message_id: MessageId) -> None:
@@ -158,10 +158,10 @@ class Acknowledger:
         if first_chunk is not None:
             chunks = self._entries.take_chunk_ids(key, (first_chunk, message_id.wire))
             for chunk in chunks:
-                self._acks.add(wire_entry(entry_key(chunk)))
+                self._acks.add_entry(entry_key(chunk))
             self._untrack(key)
             return
-        self._acks.add(wire_entry(key))
+        self._acks.add_entry(key)
         self._untrack(key)
 
     def _acknowledge_in_batch(self, key: EntryKey, batch_index: int, batch_size: int) -> None:
@@ -173,7 +173,7 @@ class Acknowledger:
             if self._config.batch_index_ack_enabled:
                 self._acks.add((wire_entry(key), ack_set_words(unacked, batch_size)))
             return
-        self._acks.add(wire_entry(key))
+        self._acks.add_entry(key)
         self._untrack(key)
 
     def acknowledge_queued(self, pending: deque[Message | MessageId]) -> None:
@@ -185,7 +185,7 @@ class Acknowledger:
         """
         simple = self._dead_letter is None and not self._config.batch_index_ack_enabled
         batch_ack = self._batches.ack
-        add = self._acks.add
+        add_entry = self._acks.add_entry
         acknowledge = self.acknowledge
         popleft = pending.popleft
         acknowledge_message = self.acknowledge_message
@@ -199,7 +199,7 @@ class Acknowledger:
                 continue
             if simple and batch_index >= 0 and batch_size > 0:
                 if not batch_ack(key, batch_index, batch_size):  # the entry is done
-                    add(wire_entry(key))
+                    add_entry(key)
                     self._untrack(key)
                 continue
             acknowledge_message(item)

@@ -42,7 +42,7 @@ from protocol import (
     RemoteProtocolError,
     commands,
     compression,
-    decode_entry,
+    decode_entry_plain,
     pb,
     split_batch,
 )
@@ -189,12 +189,55 @@ class EntryDecoder:
             self._discard(WireMessageId(ledger, entry_id), AckValidationError.ChecksumMismatch, 1)
             return
         try:
-            metadata, payload = decode_entry(frame.entry)
+            metadata, payload, plain = decode_entry_plain(frame.entry)
         except RemoteProtocolError:
             self._discard(
                 WireMessageId(ledger, entry_id), AckValidationError.BatchDeSerializeError, 1
             )
             return
+        if plain and not self.start.active:
+            self._on_plain(command.redelivery_count, ledger, entry_id, metadata, payload)
+        else:
+            self._on_entry(command, ledger, entry_id, metadata, payload)
+
+    def _on_plain(
+        self,
+        redelivery_count: int,
+        ledger: int,
+        entry_id: int,
+        metadata: pb.MessageMetadata,
+        payload: bytes,
+    ) -> None:
+        """The common case: one message, as sent, nothing to filter; its id is made lazily."""
+        cnx = self._connection()
+        # Where it was received: its acknowledgement is dropped on any other cluster.
+        self._cluster = cluster = cnx.cluster if cnx is not None else UNKNOWN_CLUSTER
+        entry = ReceivedEntry(
+            self._topic,
+            metadata,
+            ledger,
+            entry_id,
+            0,
+            self._partition,
+            redelivery_count,
+            self._schema,
+            cluster,
+        )
+        message = Message.of_whole_entry(entry, payload)
+        if redelivery_count > self.exhausted_after:
+            self._exhausted((ledger, entry_id), [message], 1)
+            return
+        self._receiver.append(message)
+
+    def _on_entry(
+        self,
+        command: pb.CommandMessage,
+        ledger: int,
+        entry_id: int,
+        metadata: pb.MessageMetadata,
+        payload: bytes,
+    ) -> None:
+        """Every other entry: encrypted, chunked, compressed, a batch, or behind a start."""
         undecrypted = False
         if metadata.encryption_keys:
             decrypted = self._decrypt(metadata, payload, ledger, entry_id)

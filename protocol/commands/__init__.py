@@ -33,6 +33,7 @@ from protocol.commands.connection import (
 from protocol.commands.consumers import (
     AckIdentity,
     ack,
+    ack_entries,
     ack_response,
     active_consumer_change,
     close_consumer,
@@ -84,6 +85,7 @@ __all__ = [
     "ProducerAccessMode",
     "T",
     "ack",
+    "ack_entries",
     "ack_response",
     "active_consumer_change",
     "auth_challenge",

@@ -4,7 +4,9 @@ consumer's queries (last message id, statistics)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
+from protocol._accel import speedups
 from protocol._pb import PulsarApi_pb2 as pb
 from protocol.commands.fields import NO_REQUEST_ID, U64_MASK, T, add_key_values
 from protocol.enums import AckType, InitialPosition, KeySharedMode, SubType
@@ -158,6 +160,22 @@ def ack(
             sub.properties.add(key=key, value=to_u64(value))
     if request_id is not None:
         sub.request_id = to_u64(request_id)
+    return encode_command(cmd)
+
+
+def py_ack_entries(consumer_id: int, entries: Sequence[tuple[int, int]]) -> bytes:
+    """ACK (Individual) of whole entries given as ``(ledger id, entry id)``: the bytes ``ack``
+    writes for those ids, without a ``MessageId`` per entry (a consumer's grouped
+    acknowledgements, one per message received). The reference; ``ack_entries`` (end of the
+    module) is the compiled one when built."""
+    cmd = T(type=T.ACK)
+    sub = cmd.ack
+    sub.consumer_id = to_u64(consumer_id)
+    sub.ack_type = AckType.Individual  # type: ignore[assignment]
+    for ledger, entry in entries:
+        target = sub.message_id.add()
+        target.ledgerId = ledger & U64_MASK
+        target.entryId = entry & U64_MASK
     return encode_command(cmd)
 
 
@@ -315,3 +333,12 @@ def consumer_stats_response(
         except (AttributeError, TypeError, ValueError) as exc:
             raise LocalProtocolError(f"bad consumer statistic {name}={value!r}") from exc
     return encode_command(cmd)
+
+
+_speedups = speedups()
+if TYPE_CHECKING:
+    ack_entries = py_ack_entries
+elif _speedups is not None:
+    ack_entries = _speedups.bind_ack_entries(py_ack_entries)
+else:
+    ack_entries = py_ack_entries

@@ -18,7 +18,12 @@ from hypothesis import strategies as st
 from protocol import _speedups
 from protocol._pb import PulsarApi_pb2 as pb
 from protocol.errors import RemoteProtocolError
-from protocol.metadata import ChunkInfo, PySendEntryChecker, py_decode_entry
+from protocol.metadata import (
+    ChunkInfo,
+    PySendEntryChecker,
+    py_decode_entry,
+    py_decode_entry_plain,
+)
 from tests.protocol.speedups_wire import field_bytes, fields_of, ints, texts
 
 # MessageMetadata field number -> wire type (PulsarApi.proto).
@@ -138,10 +143,11 @@ def test_errors_come_with_the_reference_message() -> None:
 
 def decoded(decode: Any, entry: Any) -> Any:
     try:
-        metadata, payload = decode(entry)
+        metadata, payload, *plain = decode(entry)
     except RemoteProtocolError as exc:
         return (type(exc), str(exc))
-    return (type(metadata), metadata.SerializePartialToString(), metadata.ListFields(), payload)
+    seen = (type(metadata), metadata.SerializePartialToString(), metadata.ListFields(), payload)
+    return (*seen, *plain)
 
 
 @settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -149,6 +155,30 @@ def decoded(decode: Any, entry: Any) -> Any:
 def test_decode_entry_same_results_on_generated_entries(cases: list[tuple[Any, Any]]) -> None:
     for entry, _ in cases:
         assert decoded(_speedups.decode_entry, entry) == decoded(py_decode_entry, entry)
+        assert decoded(_speedups.decode_entry_plain, entry) == decoded(py_decode_entry_plain, entry)
+
+
+@pytest.mark.parametrize(
+    ("fields", "plain"),
+    [
+        ({}, True),
+        ({"num_messages_in_batch": 1}, False),  # a batch of one is still a batch
+        ({"compression": 1}, False),
+        ({"compression": 0}, True),
+        ({"num_chunks_from_msg": 2, "chunk_id": 0, "uuid": "u"}, False),
+    ],
+)
+def test_plain_entries(fields: dict[str, Any], plain: bool) -> None:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=4, publish_time=5, **fields)
+    assert _speedups.decode_entry_plain(_entry(md))[2] is plain
+    assert py_decode_entry_plain(_entry(md))[2] is plain
+
+
+def test_an_unknown_compression_reads_as_none_on_both_sides() -> None:
+    """upb keeps an enum value it does not know aside: the field reads NONE."""
+    metadata = field_bytes(1, 2, b"p") + field_bytes(2, 0, 1) + field_bytes(3, 0, 1)
+    entry = struct.pack(">I", len(metadata) + 2) + metadata + b"\x40\x09" + b"payload"
+    assert decoded(_speedups.decode_entry_plain, entry) == decoded(py_decode_entry_plain, entry)
 
 
 @pytest.mark.parametrize(
@@ -166,6 +196,7 @@ def test_decode_entry_checks_properties_as_the_reference(key_value: bytes) -> No
     ) + field_bytes(4, 2, key_value)
     entry = struct.pack(">I", len(metadata)) + metadata + b"payload"
     assert decoded(_speedups.decode_entry, entry) == decoded(py_decode_entry, entry)
+    assert decoded(_speedups.decode_entry_plain, entry) == decoded(py_decode_entry_plain, entry)
 
 
 def test_decode_entry_of_an_ordinary_entry() -> None:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from protocol import _accel, _speedups, checksum, framing, metadata, receipts, send_identity
+from protocol.commands import consumers
 
 REPO = Path(__file__).resolve().parents[2]
 PURE = os.environ.get(_accel.PURE_PYTHON_ENV) == "1"
@@ -37,6 +38,8 @@ EXPORTS = [
     (framing, "FrameDecoder", framing.PyFrameDecoder, _speedups.FrameDecoder),
     (metadata, "SendEntryChecker", metadata.PySendEntryChecker, _speedups.SendEntryChecker),
     (metadata, "decode_entry", metadata.py_decode_entry, _speedups.decode_entry),
+    (metadata, "decode_entry_plain", metadata.py_decode_entry_plain, _speedups.decode_entry_plain),
+    (consumers, "ack_entries", consumers.py_ack_entries, _speedups.ack_entries),
     (receipts, "ReceiptEncoder", receipts.PyReceiptEncoder, _speedups.ReceiptEncoder),
     (send_identity, "of_send", send_identity.py_of_send, _speedups.of_send),
     (checksum, "crc32c", checksum.py_crc32c, _speedups.crc32c),
