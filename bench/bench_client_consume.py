@@ -7,9 +7,11 @@ receives and acknowledges every message, one ``receive`` and one ``acknowledge``
 Reported per run: messages per second (subscribe to last message), the client's CPU time per
 message (this process's CPU time, the official client's C++ threads included) and the broker's
 (its process, read from ``/proc``), since a client that makes the broker work harder per message
-is slower even when its own CPU is idle. Prints one JSON document.
+is slower even when its own CPU is idle. ``--repeat`` rounds run the three clients in turn
+(fresh topics each time); each figure is the median round, with the range and the ratio to the
+official client round by round. Prints one JSON document.
 
-    .venv/bin/python bench/bench_client_consume.py --count 50000
+    .venv/bin/python bench/bench_client_consume.py --count 50000 --repeat 3
 """
 
 from __future__ import annotations
@@ -130,36 +132,70 @@ def ours_async(url: str, topic: str, count: int, payload: bytes) -> dict[str, fl
         return asyncio.run(main())
 
 
+CLIENTS: tuple[tuple[str, Callable[[str, str, int, bytes], dict[str, float]]], ...] = (
+    ("official", official),
+    ("ours_blocking_client", ours_blocking),
+    ("ours_async_client", ours_async),
+)
+
+
+def one_run(
+    broker: BrokerProcess,
+    run: Callable[..., dict[str, float]],
+    count: int,
+    payload: bytes,
+    batched: bool,
+) -> dict[str, float]:
+    """One client on a freshly filled topic, with the broker's CPU time over the run."""
+    topic = fill(broker.url, count, payload, batched)
+    assert broker.proc is not None
+    broker_cpu = process_cpu_seconds(broker.proc.pid)
+    result = run(broker.url, topic, count, payload)
+    broker_cpu = process_cpu_seconds(broker.proc.pid) - broker_cpu
+    result["broker_cpu_us_per_msg"] = round(broker_cpu / count * 1e6, 1)
+    return result
+
+
+def summarize(runs: list[dict[str, float]]) -> dict[str, Any]:
+    """The median run's figures (by rate), with the range of rates and every run."""
+    ordered = sorted(runs, key=lambda run: run["msgs_per_s"])
+    median: dict[str, Any] = dict(ordered[len(ordered) // 2])
+    median["msgs_per_s_range"] = [ordered[0]["msgs_per_s"], ordered[-1]["msgs_per_s"]]
+    median["runs"] = [run["msgs_per_s"] for run in runs]
+    return median
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=50_000)
     parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=3, help="rounds; medians are reported")
     args = parser.parse_args()
     payload = b"x" * args.size
-    results: dict[str, Any] = {"count": args.count, "size": args.size}
+    results: dict[str, Any] = {"count": args.count, "size": args.size, "repeat": args.repeat}
     with tempfile.TemporaryDirectory() as tmp:
         broker = BrokerProcess(Path(tmp) / "data").start()
         try:
             for batched in (False, True):
                 mode = "batched" if batched else "unbatched"
-                for name, run in (
-                    ("official", official),
-                    ("ours_blocking_client", ours_blocking),
-                    ("ours_async_client", ours_async),
-                ):
-                    topic = fill(broker.url, args.count, payload, batched)
-                    assert broker.proc is not None
-                    broker_cpu = process_cpu_seconds(broker.proc.pid)
-                    result = run(broker.url, topic, args.count, payload)
-                    broker_cpu = process_cpu_seconds(broker.proc.pid) - broker_cpu
-                    result["broker_cpu_us_per_msg"] = round(broker_cpu / args.count * 1e6, 1)
-                    results[f"{mode}/{name}"] = result
+                runs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in CLIENTS}
+                # Rounds interleave the clients, so a load change on the machine hits all three.
+                for _ in range(args.repeat):
+                    for name, run in CLIENTS:
+                        runs[name].append(one_run(broker, run, args.count, payload, batched))
+                for name, _ in CLIENTS:
+                    results[f"{mode}/{name}"] = summarize(runs[name])
                 official_rate = results[f"{mode}/official"]["msgs_per_s"]
                 for name in ("ours_blocking_client", "ours_async_client"):
                     key = f"{mode}/{name}"
                     results[key]["vs_official"] = round(
                         results[key]["msgs_per_s"] / official_rate, 2
                     )
+                    # Round by round (same minute of the machine's life): the spread of the ratio.
+                    results[key]["vs_official_by_round"] = [
+                        round(ours["msgs_per_s"] / theirs["msgs_per_s"], 2)
+                        for ours, theirs in zip(runs[name], runs["official"], strict=True)
+                    ]
         finally:
             broker.terminate()
     print(json.dumps(results, indent=2))
