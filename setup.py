@@ -51,6 +51,8 @@ def _extensions() -> list[Extension]:
             "protocol/_wire.pxi",
             "protocol/_metadata.pxi",
             "protocol/_message.pxi",
+            "protocol/_keys.pxi",
+            "protocol/_key_table.pxi",
         ],
     )
     return cythonize([speedups], compiler_directives={"language_level": "3"}, quiet=True)

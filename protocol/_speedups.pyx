@@ -454,3 +454,7 @@ def crc32c_tables(data, uint32_t value=0):
     finally:
         PyBuffer_Release(&view)
     return result
+
+
+include "_keys.pxi"
+include "_key_table.pxi"

@@ -1,5 +1,8 @@
 """Reading the idempotency keys of an entry (issue #16), for the publish path and the replay.
 
+The keys come out as 16-byte digests (`protocol.idempotency_scan`: a walk over the wire bytes,
+compiled in ``protocol/_keys.pxi``, with the pure-Python reference beside it; issue #26).
+
 A non-batched message carries the key in ``MessageMetadata.properties``; the messages of a batch
 in their ``SingleMessageMetadata.properties``. An entry that does not contain the property name
 anywhere and whose metadata has no ``compression`` field is answered without parsing (the
@@ -9,8 +12,8 @@ per-message metadata.
 The work per entry is bounded, because the publish path runs this on the event loop (issue
 #24): a compressed batch is decompressed only up to the window's ``max_uncompressed_bytes``
 (``maxMessageSize``: the official consumers refuse a larger batch anyway), and a batch whose
-messages carry keys is split only up to ``MAX_KEYED_BATCH_MESSAGES`` records (the split costs
-about 1.5-2.5 us per record in Python). Beyond either bound ``KeyScanRefused`` is raised: the
+messages carry keys is split only up to ``MAX_KEYED_BATCH_MESSAGES`` records (the pure-Python
+walk costs about 1.5-2.5 us per record). Beyond either bound ``KeyScanRefused`` is raised: the
 publish path refuses the entry (nothing stored), the replay treats it as keyless. Before the
 bounds, an 851-byte zstd entry declaring 8 MiB of 6-byte records kept the loop busy for 9.7 s.
 
@@ -21,12 +24,15 @@ would store orphan chunks), and encrypted batches (the broker cannot open them).
 from __future__ import annotations
 
 import struct
-import threading
+from typing import TYPE_CHECKING
 
-from protocol._pb import PulsarApi_pb2 as pb
 from protocol.compression import CompressionError
 from protocol.compression import decode as decompress
 from protocol.enums import DEFAULT_MAX_MESSAGE_SIZE, IDEMPOTENCY_KEY_PROPERTY, CompressionType
+from protocol.idempotency_scan import KeyScanBudget, quick_key, scan_batch, scan_metadata
+
+if TYPE_CHECKING:
+    from broker.publish.idempotency_window import Admission, IdempotencyWindow
 
 __all__ = [
     "MAX_KEYED_BATCH_MESSAGES",
@@ -34,20 +40,21 @@ __all__ = [
     "MAX_KEYED_PROPERTIES",
     "EntryKeys",
     "KeyScanRefused",
+    "check_entry",
     "entry_keys",
 ]
 
 MAX_KEYED_BATCH_MESSAGES = 5000
 """Most messages a batch carrying idempotency keys may hold: 5x the official clients' default
-``batchingMaxMessages``; splitting them costs about 1.5 us each here."""
+``batchingMaxMessages``."""
 
 MAX_KEYED_HEADER_BYTES = 512 * 1024
 """Most metadata bytes (the entry's ``MessageMetadata`` plus every record's header) the key
-check parses: property-dense headers parse at about 100 MB/s, so about 5 ms at the bound."""
+check walks: about 5 ms at the bound for the pure-Python walk."""
 
 MAX_KEYED_PROPERTIES = 20_000
-"""Most properties the key check walks in Python (about 0.2 us each): in the headers that
-contain the key's name only, so ordinary batches never come near it."""
+"""Most properties the key check counts in the headers that carry a key (about 0.2 us each in
+the pure-Python walk), so ordinary batches never come near it."""
 
 _KEY_BYTES = IDEMPOTENCY_KEY_PROPERTY.encode()
 _U32 = struct.Struct(">I")
@@ -60,11 +67,11 @@ class KeyScanRefused(ValueError):
 
 
 class EntryKeys:
-    """The keys of one entry's messages, in batch order (None for a message without one)."""
+    """The key digests of one entry's messages, in batch order (None: a message without one)."""
 
     __slots__ = ("is_batch", "keys")
 
-    def __init__(self, keys: list[str | None], is_batch: bool) -> None:
+    def __init__(self, keys: list[bytes | None], is_batch: bool) -> None:
         self.keys = keys
         self.is_batch = is_batch
 
@@ -86,40 +93,34 @@ def entry_keys(
     if not has_name and entry.find(_COMPRESSION_TAG, 4, 4 + size) < 0:
         # No key in clear and no ``compression`` field (its tag byte would be there): a keyless
         # entry, answered without parsing (the tag byte may also occur inside other fields'
-        # bytes; then the parse below decides).
+        # bytes; then the scan below decides).
         return None
     if has_name and size > MAX_KEYED_HEADER_BYTES:
         raise KeyScanRefused(
             f"message metadata of {size} bytes: the idempotency-key check reads at most "
             f"{MAX_KEYED_HEADER_BYTES}"
         )
-    md = _metadata()
     try:
-        md.ParseFromString(entry[4 : 4 + size])
-    except Exception:  # upb DecodeError: the publish path validated it; the replay skips it
+        scanned = scan_metadata(entry, MAX_KEYED_PROPERTIES)
+    except KeyScanBudget as exc:
+        raise KeyScanRefused(str(exc)) from None
+    if scanned is None:  # malformed (the publish path validated it), chunked or encrypted
         return None
-    if md.num_chunks_from_msg > 1 or md.encryption_keys:
-        return None
-    if not md.HasField("num_messages_in_batch"):
-        if not has_name:
-            return None
-        _check_properties(len(md.properties))
-        key = _key_of(md.properties)
-        return None if key is None else EntryKeys([key], is_batch=False)
-    compressed = int(md.compression) != _NONE
+    size, count, compression, declared, digest = scanned
+    if count < 0:  # not a batch: the entry's own properties
+        return None if digest is None else EntryKeys([digest], is_batch=False)
+    compressed = compression != _NONE
     if not has_name and not compressed:
         return None
     payload: bytes = entry[4 + size :]
-    count = md.num_messages_in_batch
     try:
         if compressed:
-            declared = md.uncompressed_size
             if declared > max_uncompressed_bytes:
                 raise KeyScanRefused(
                     f"compressed batch declares {declared} bytes uncompressed, more than the "
                     f"{max_uncompressed_bytes} (maxMessageSize) the idempotency-key check reads"
                 )
-            payload = decompress(md.compression, payload, declared)
+            payload = decompress(compression, payload, declared)
             if _KEY_BYTES not in payload:
                 return None
         if count > MAX_KEYED_BATCH_MESSAGES:
@@ -129,87 +130,31 @@ def entry_keys(
             )
     except CompressionError:
         return None
-    keys = _batch_keys(payload, count, MAX_KEYED_HEADER_BYTES - size)
+    try:
+        keys = scan_batch(payload, count, MAX_KEYED_HEADER_BYTES - size, MAX_KEYED_PROPERTIES)
+    except KeyScanBudget as exc:
+        raise KeyScanRefused(
+            f"{exc} (at most {MAX_KEYED_HEADER_BYTES} bytes of metadata and "
+            f"{MAX_KEYED_PROPERTIES} properties are read)"
+        ) from None
     if keys is None or all(key is None for key in keys):
         return None
     return EntryKeys(keys, is_batch=True)
 
 
-def _batch_keys(payload: bytes, count: int, header_budget: int) -> list[str | None] | None:
-    """The key of each of the ``count`` records of a batch payload (None for a keyless one);
-    None when the payload is not exactly ``count`` well-formed records (stored as keyless, as
-    the publish path always did). ``protocol.batch.split_batch``'s walk, bounded by the module's
-    budgets, and without copying payloads: only the headers are looked at.
+def check_entry(window: IdempotencyWindow, entry: bytes) -> Admission | None:
+    """The window's `Admission` of ``entry`` on the SEND path (None: it carries no key).
+
+    One compiled call answers the common cases (no key; one message with one key), without a
+    Python object per message beyond the key's digest; the rest goes through `entry_keys`.
 
     Raises:
-        KeyScanRefused: the headers exceed ``header_budget`` bytes or ``MAX_KEYED_PROPERTIES``.
+        KeyScanRefused: as `entry_keys`.
     """
-    meta = _single_metadata()
-    keys: list[str | None] = []
-    position, end = 0, len(payload)
-    properties = 0
-    while position < end:
-        if end - position < 4 or len(keys) == count:
-            return None
-        (header_size,) = _U32.unpack_from(payload, position)
-        header_budget -= header_size
-        if header_budget < 0:
-            raise KeyScanRefused(
-                f"batch record headers above the {MAX_KEYED_HEADER_BYTES} bytes of metadata "
-                "the idempotency-key check reads"
-            )
-        header_end = position + 4 + header_size
-        if header_end > end:
-            return None
-        header = payload[position + 4 : header_end]
-        try:
-            meta.ParseFromString(header)
-        except Exception:  # upb DecodeError
-            return None
-        if not meta.HasField("payload_size") or meta.payload_size < 0:
-            return None
-        key = None
-        if _KEY_BYTES in header:  # a C-speed test spares walking keyless records' properties
-            properties += len(meta.properties)
-            _check_properties(properties)
-            key = _key_of(meta.properties)
-        keys.append(key)
-        position = header_end + meta.payload_size
-    return keys if position == end and len(keys) == count else None
-
-
-def _check_properties(walked: int) -> None:
-    if walked > MAX_KEYED_PROPERTIES:
-        raise KeyScanRefused(
-            f"more than {MAX_KEYED_PROPERTIES} properties to look through for idempotency keys"
-        )
-
-
-_PER_THREAD = threading.local()
-
-
-def _metadata() -> pb.MessageMetadata:
-    """One reused message per thread (publish path on the loop, replays in loader threads):
-    parsing into it saves an allocation per entry (``ParseFromString`` clears it first)."""
-    try:
-        md: pb.MessageMetadata = _PER_THREAD.metadata
-    except AttributeError:
-        md = _PER_THREAD.metadata = pb.MessageMetadata()
-    return md
-
-
-def _single_metadata() -> pb.SingleMessageMetadata:
-    """As `_metadata`, for the records of a batch."""
-    try:
-        single: pb.SingleMessageMetadata = _PER_THREAD.single
-    except AttributeError:
-        single = _PER_THREAD.single = pb.SingleMessageMetadata()
-    return single
-
-
-def _key_of(properties: object) -> str | None:
-    for kv in properties:  # type: ignore[attr-defined]  # repeated KeyValue
-        if kv.key == IDEMPOTENCY_KEY_PROPERTY:
-            value = kv.value
-            return value if value.__class__ is str and value else None
-    return None
+    quick = quick_key(entry, MAX_KEYED_HEADER_BYTES, MAX_KEYED_PROPERTIES)
+    if quick is False:
+        return None
+    if quick is not None:
+        return window.check_one(quick)  # type: ignore[arg-type]  # a digest
+    keys = entry_keys(entry, window.config.max_uncompressed_bytes)
+    return None if keys is None else window.check(keys.keys)

@@ -1,16 +1,21 @@
 """Persistence of the idempotency window (issue #16), exactly as PIP-6 persists its marks.
 
 The pure state is ``broker.publish.idempotency_window.IdempotencyWindow``. Its snapshot lives on
-the reserved
-cursor ``magnetar.idempotency``: the cursor's mark-delete is the last entry the snapshot
-describes and its properties (``dict[str, int]``) carry
+the reserved cursor ``magnetar.idempotency``: the cursor's mark-delete is the last entry the
+snapshot describes and its properties (``dict[str, int]``) carry
 
-* ``"k:" + key`` -> ``((ledger_id << 64 | entry_id) << 21 | batch_index + 1) << 45 | stamp_ms``
-  (``broker.publish.idempotency_window.pack_location``) for every durable key of the window (the
-  position
-  makes the sort order the acceptance order: keys are stored in the order they are accepted; the
-  cursor file sorts its property names);
+* ``"v"`` -> the snapshot format, 2 (absent in format 1);
+* ``"d:" + digest.hex()`` -> ``((ledger_id << 64 | entry_id) << 21 | batch_index + 1) << 45 |
+  stamp_ms`` (``broker.publish.idempotency_window.pack_location``) for every durable key of the
+  window, named by its 16-byte digest (the position makes the sort order the acceptance order:
+  keys are stored in the order they are accepted; the cursor file sorts its property names);
 * ``"h:<ledger>:<entry>"`` -> the bitmask of hidden batch indexes of that entry.
+
+Format 1 (the builds before issue #26) named a key by the key itself, ``"k:" + key``, with the
+same value; `decode_snapshot` reads both (a format-1 key is digested on load), so a new build
+opens the snapshots an earlier one wrote (issue #22's upgrade rule); it writes format 2. A
+format above 2 refuses the load, like a damaged cursor file: a newer build's window must not be
+silently lost.
 
 Recovery (in the loader thread, before any producer is admitted) restores the snapshot and
 replays every entry after the mark-delete, reading only the keys (``entry_keys``). Keys met in
@@ -31,9 +36,11 @@ from broker.publish.idempotency_keys import KeyScanRefused, entry_keys
 from broker.publish.idempotency_window import IDEMPOTENCY_CURSOR, IdempotencyWindow, WindowConfig
 from broker.storage import Ledger, Position
 from protocol.enums import InitialPosition
+from protocol.idempotency_scan import key_digest
 from protocol.topic_name import TopicName
 
 __all__ = [
+    "FORMAT",
     "decode_snapshot",
     "encode_snapshot",
     "recover_window",
@@ -44,7 +51,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_KEY_PREFIX = "k:"
+_FORMAT_PROPERTY = "v"
+FORMAT = 2
+_V1_KEY_PREFIX = "k:"  # format 1: the key itself
+_DIGEST_PREFIX = "d:"  # format 2: the key's digest, in hex
 _HIDDEN_PREFIX = "h:"
 
 
@@ -86,10 +96,11 @@ def window_config_for(
 
 
 def encode_snapshot(
-    records: list[tuple[str, int]], hidden: Mapping[Position, int]
+    records: list[tuple[bytes, int]], hidden: Mapping[Position, int]
 ) -> dict[str, int]:
-    """The cursor properties of a snapshot (`IdempotencyWindow.snapshot_records`)."""
-    properties = {_KEY_PREFIX + key: packed for key, packed in records}
+    """The cursor properties of a snapshot (`IdempotencyWindow.snapshot_records`): format 2."""
+    properties = {_DIGEST_PREFIX + digest.hex(): packed for digest, packed in records}
+    properties[_FORMAT_PROPERTY] = FORMAT
     for position, mask in hidden.items():
         properties[f"{_HIDDEN_PREFIX}{position.ledger_id}:{position.entry_id}"] = mask
     return properties
@@ -97,19 +108,29 @@ def encode_snapshot(
 
 def decode_snapshot(
     properties: Mapping[str, int],
-) -> tuple[list[tuple[str, int]], dict[Position, int]]:
-    """Inverse of `encode_snapshot`: records oldest first (the cursor file sorts its property
-    names; the packed value sorts by position, i.e. by acceptance), and the hidden masks."""
-    packed_keys: list[tuple[int, str]] = []
+) -> tuple[list[tuple[bytes, int]], dict[Position, int]]:
+    """Inverse of `encode_snapshot`, for format 1 and 2: digests oldest first (the cursor file
+    sorts its property names; the packed value sorts by position, i.e. by acceptance), and the
+    hidden masks.
+
+    Raises:
+        ValueError: a format this build does not know.
+    """
+    version = properties.get(_FORMAT_PROPERTY, 1)
+    if version not in (1, FORMAT):
+        raise ValueError(f"idempotency snapshot format {version}: this build reads 1 and 2")
+    packed_keys: list[tuple[int, bytes]] = []
     hidden: dict[Position, int] = {}
     for name, value in properties.items():
-        if name.startswith(_KEY_PREFIX):
-            packed_keys.append((value, name[len(_KEY_PREFIX) :]))
+        if name.startswith(_DIGEST_PREFIX):
+            packed_keys.append((value, bytes.fromhex(name[len(_DIGEST_PREFIX) :])))
+        elif name.startswith(_V1_KEY_PREFIX):
+            packed_keys.append((value, key_digest(name[len(_V1_KEY_PREFIX) :].encode())))
         elif name.startswith(_HIDDEN_PREFIX):
             ledger_id, entry_id = name[len(_HIDDEN_PREFIX) :].split(":")
             hidden[Position(int(ledger_id), int(entry_id))] = value
     packed_keys.sort()
-    return [(key, packed) for packed, key in packed_keys], hidden
+    return [(digest, packed) for packed, digest in packed_keys], hidden
 
 
 def recover_window(

@@ -45,31 +45,41 @@ consumers see the key's earlier copy only. Snapshots are taken every
 ``max(brokerDeduplicationEntriesInterval, keys in the window)`` entries, which bounds both the
 replay and that case.
 
+Storage (issue #26): the window keeps each key as its BLAKE2b-128 digest
+(`protocol.idempotency_scan.key_digest`) in `broker.publish.idempotency_table.KeyTable`, about
+52-82 B per key. Collision rule: two different keys with one digest would make the second a
+"duplicate" of the first and drop it. For keys that are not chosen to collide, the probability
+over a window of n keys is at most n**2 / 2**129 (about 1.5e-27 for a million keys); BLAKE2b is a
+cryptographic hash, so finding two keys that collide on purpose takes about 2**64 hash
+evaluations, and matching a given key (to drop another sender's message) about 2**128. Both are
+negligible next to an undetected disk error, so a digest match is taken as the same key.
+
 Nothing here does I/O or reads a clock other than ``clock``.
 """
 
 from __future__ import annotations
 
 import enum
-import math
-import struct
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from broker.publish.idempotency_table import DURABLE, IN_FLIGHT, KeyTable, stamp_ms
 from broker.storage import Position
 from protocol.enums import DEFAULT_MAX_MESSAGE_SIZE, IDEMPOTENCY_KEY_PROPERTY
+from protocol.idempotency_scan import key_digest
 
 __all__ = [
     "IDEMPOTENCY_CURSOR",
     "IDEMPOTENCY_KEY_PROPERTY",
     "Admission",
     "IdempotencyWindow",
+    "Key",
     "Ticket",
     "Verdict",
     "WindowConfig",
+    "digest_of",
     "pack_location",
     "stamp_ms",
     "unpack_location",
@@ -80,6 +90,17 @@ IDEMPOTENCY_CURSOR = "magnetar.idempotency"
 """The reserved cursor whose mark-delete carries the window's snapshot (like ``pulsar.dedup``)."""
 
 _WORD_BITS = 64
+
+Key = bytes | str
+"""A key as the window takes it: its 16-byte digest (what the key scan yields), or the key
+itself (tests, admin look-ups), digested on the way in."""
+
+
+def digest_of(key: Key) -> bytes:
+    """The digest of a key given as a string; a digest as it is."""
+    if isinstance(key, str):
+        return key_digest(key.encode())
+    return key
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +136,10 @@ class Admission(NamedTuple):
     verdict: Verdict
     #: DUPLICATE: the entry holding the original of the entry's first message.
     original: Position | None = None
-    #: NEW: ``(batch_index, key)`` of the keys this entry brings into the window.
-    new_keys: tuple[tuple[int, str], ...] = ()
+    #: NEW: the digests this entry brings into the window, in batch order ...
+    new_keys: tuple[bytes, ...] = ()
+    #: ... and their batch indexes (None: the one key of a single message, index 0).
+    new_indexes: tuple[int, ...] | None = None
     #: NEW: bitmask of the batch indexes that are duplicates (hidden from every consumer).
     hidden: int = 0
 
@@ -126,84 +149,48 @@ _IN_FLIGHT = Admission(Verdict.IN_FLIGHT)
 
 
 class Ticket:
-    """Keys of one accepted entry while it is being written (`IdempotencyWindow.admit`)."""
+    """Keys of one accepted entry while it is being written (`IdempotencyWindow.admit`): its
+    keys took the table slots ``first``, ``first + 1``, ... (added together, in order)."""
 
-    __slots__ = ("hidden", "keys", "stamp")
+    __slots__ = ("first", "hidden", "indexes")
 
-    def __init__(self, keys: tuple[tuple[int, str], ...], hidden: int, stamp: float) -> None:
-        self.keys = keys
+    def __init__(self, first: int, indexes: tuple[int, ...] | None, hidden: int) -> None:
+        self.first = first
+        self.indexes = indexes
         self.hidden = hidden
-        self.stamp = stamp
+
+    def slots(self) -> Iterable[tuple[int, int]]:
+        """(batch index, table slot) of each key."""
+        if self.indexes is None:
+            return ((0, self.first),) if self.first >= 0 else ()
+        return ((index, self.first + n) for n, index in enumerate(self.indexes))
 
 
 # What the snapshot stores for a durable key (one int):
 #   ((ledger_id << 64 | entry_id) << 21 | batch_index + 1) << 45 | stamp_ms
 # Keys are stored in acceptance order, so sorting packed values restores that order.
-# In memory a durable key's value is one int too (memory: one object per key instead of four),
-# with the exact stamp instead of milliseconds: (location << 64) | IEEE-754 bits of the stamp.
 _STAMP_BITS = 45
 _INDEX_BITS = 21
 _STAMP_MASK = (1 << _STAMP_BITS) - 1
 _INDEX_MASK = (1 << _INDEX_BITS) - 1
 _U64 = (1 << 64) - 1
-_LIVE_STAMP_BITS = 64
-_DOUBLE = struct.Struct("<d")
-_QWORD = struct.Struct("<Q")
-
-
-def _location(position: Position, batch_index: int) -> int:
-    packed = (position.ledger_id << 64) | (position.entry_id & _U64)
-    return (packed << _INDEX_BITS) | (batch_index + 1)
-
-
-def _unpack_location_bits(location: int) -> tuple[Position, int]:
-    batch_index = (location & _INDEX_MASK) - 1
-    location >>= _INDEX_BITS
-    return Position(location >> 64, location & _U64), batch_index
-
-
-def stamp_ms(stamp: float) -> int:
-    """The least whole millisecond ``ms`` with ``ms / 1000 >= stamp`` (as floats): a stamp
-    rounded *up*, so a key restored from a snapshot may outlive the window by under a
-    millisecond, never leave it early (truncating could forget a key up to 1 ms early)."""
-    ms = math.floor(stamp * 1000)
-    while ms / 1000 < stamp:
-        ms += 1
-    while (ms - 1) / 1000 >= stamp:
-        ms -= 1
-    return ms
 
 
 def pack_location(position: Position, batch_index: int, stamp: float) -> int:
     """A snapshotted key's value: where its message is and when it was accepted (seconds,
     rounded up to the millisecond: `stamp_ms`)."""
-    return (_location(position, batch_index) << _STAMP_BITS) | stamp_ms(stamp)
+    location = (position.ledger_id << 64) | (position.entry_id & _U64)
+    location = (location << _INDEX_BITS) | (batch_index + 1)
+    return (location << _STAMP_BITS) | stamp_ms(stamp)
 
 
 def unpack_location(packed: int) -> tuple[Position, int, float]:
     """Inverse of `pack_location` (the stamp to the millisecond)."""
     stamp = (packed & _STAMP_MASK) / 1000
-    position, batch_index = _unpack_location_bits(packed >> _STAMP_BITS)
-    return position, batch_index, stamp
-
-
-def _stamp_bits(stamp: float) -> int:
-    bits: int = _QWORD.unpack(_DOUBLE.pack(stamp))[0]
-    return bits
-
-
-def _live_value(position: Position, batch_index: int, bits: int) -> int:
-    """A durable key's in-memory value: its location and the exact stamp (`_stamp_bits`)."""
-    return (_location(position, batch_index) << _LIVE_STAMP_BITS) | bits
-
-
-def _live_stamp(value: int) -> float:
-    stamp: float = _DOUBLE.unpack(_QWORD.pack(value & _U64))[0]
-    return stamp
-
-
-def _live_position(value: int) -> Position:
-    return _unpack_location_bits(value >> _LIVE_STAMP_BITS)[0]
+    location = packed >> _STAMP_BITS
+    batch_index = (location & _INDEX_MASK) - 1
+    location >>= _INDEX_BITS
+    return Position(location >> 64, location & _U64), batch_index, stamp
 
 
 class IdempotencyWindow:
@@ -214,14 +201,8 @@ class IdempotencyWindow:
     ) -> None:
         self._config = config if config is not None else WindowConfig()
         self._clock = clock
-        # key -> packed location (durable) or Ticket (being written). Insertion order is acceptance
-        # order; ``_order`` holds the keys in that order for expiry from the oldest end.
-        self._keys: dict[str, int | Ticket] = {}
-        self._order: deque[str] = deque()
-        # Keys removed from ``_keys`` out of order (a failed write): their entry in ``_order``
-        # is stale and skipped when it reaches the front.
-        self._stale: dict[str, int] = {}
-        self._durable = 0
+        # Digests in acceptance order, each in flight or durable (module docstring, "Storage").
+        self._table = KeyTable()
         self._last_stamp = 0.0
         #: position -> bitmask of hidden batch indexes (kept until the entry is trimmed).
         self._hidden: dict[Position, int] = {}
@@ -246,16 +227,9 @@ class IdempotencyWindow:
         """New policy values; a disabled window forgets its keys (not the hidden indexes)."""
         self._config = config
         if not config.enabled:
-            self._forget_durable_keys()
+            self._table.clear_durable()
         else:
             self._expire(self._now())
-
-    def _forget_durable_keys(self) -> None:
-        in_flight = {k: v for k, v in self._keys.items() if isinstance(v, Ticket)}
-        self._keys = dict(in_flight)
-        self._order = deque(in_flight)
-        self._stale = {}
-        self._durable = 0
 
     # ------------------------------------------------------------------ publish path
 
@@ -267,53 +241,78 @@ class IdempotencyWindow:
         self._last_stamp = now
         return now
 
-    def check(self, keys: Sequence[str | None]) -> Admission:
-        """Judge an entry whose messages carry ``keys`` (None: a message without a key)."""
-        if not self._config.enabled:
-            return _NEW_KEYLESS
-        self._expire(self._now())
-        known = self._keys
+    def check(self, keys: Sequence[Key | None]) -> Admission:
+        """Judge an entry whose messages carry ``keys`` (digests or keys; None: no key)."""
         if len(keys) == 1:  # the common case: one message, one key
             only = keys[0]
             if only is None:
                 return _NEW_KEYLESS
-            found = known.get(only)
-            if found is None:
-                return Admission(Verdict.NEW, None, ((0, only),), 0)
-            if not isinstance(found, int):
-                self.in_flight_answers += 1
-                return _IN_FLIGHT
-            self.duplicates += 1
-            return Admission(Verdict.DUPLICATE, _live_position(found))
+            return self.check_one(digest_of(only))
+        if not self._config.enabled:
+            return _NEW_KEYLESS
+        self._expire(self._now())
+        return self._check_batch(keys)
+
+    def check_one(self, digest: bytes) -> Admission:
+        """`check` of a single message carrying the key of ``digest`` (the SEND path's case)."""
+        config = self._config
+        if config.window_seconds <= 0:
+            return _NEW_KEYLESS
+        now = self._clock()
+        if now < self._last_stamp:
+            now = self._last_stamp
+        self._last_stamp = now
+        table = self._table
+        self.expired += table.expire_older(now, config.window_seconds)
+        if table.durable > config.max_keys:
+            self.evicted += table.evict_over(config.max_keys)
+        found = table.find(digest)
+        if found < 0:
+            return Admission(Verdict.NEW, None, (digest,))
+        if table.state(found) != DURABLE:
+            self.in_flight_answers += 1
+            return _IN_FLIGHT
+        self.duplicates += 1
+        return Admission(Verdict.DUPLICATE, self._position(found))
+
+    def _check_batch(self, keys: Sequence[Key | None]) -> Admission:
+        table = self._table
         original: Position | None = None
-        new_keys: list[tuple[int, str]] = []
-        seen_here: set[str] = set()
+        new_keys: list[bytes] = []
+        new_indexes: list[int] = []
+        seen_here: set[bytes] = set()
         hidden = 0
         any_new = False
         for index, key in enumerate(keys):
             if key is None:
                 any_new = True
                 continue
-            found = known.get(key)
-            if found is not None:
-                if not isinstance(found, int):
+            digest = digest_of(key)
+            found = table.find(digest)
+            if found >= 0:
+                if table.state(found) != DURABLE:
                     self.in_flight_answers += 1
                     return _IN_FLIGHT
                 if index == 0:
-                    original = _live_position(found)
+                    original = self._position(found)
                 hidden |= 1 << index
-            elif key in seen_here:
+            elif digest in seen_here:
                 hidden |= 1 << index  # a second copy inside the same batch
             else:
-                seen_here.add(key)
-                new_keys.append((index, key))
+                seen_here.add(digest)
+                new_keys.append(digest)
+                new_indexes.append(index)
                 any_new = True
         if not any_new:
             self.duplicates += len(keys)
             return Admission(Verdict.DUPLICATE, original=original)
         if not new_keys and not hidden:
             return _NEW_KEYLESS
-        return Admission(Verdict.NEW, new_keys=tuple(new_keys), hidden=hidden)
+        return Admission(Verdict.NEW, None, tuple(new_keys), tuple(new_indexes), hidden)
+
+    def _position(self, found: int) -> Position:
+        ledger_id, entry_id, _index = self._table.location(found)
+        return Position(ledger_id, entry_id)
 
     def admit(self, admission: Admission) -> Ticket | None:
         """Record the keys of an entry the topic accepted (after PIP-6 said it is new)."""
@@ -321,11 +320,18 @@ class IdempotencyWindow:
             raise ValueError(f"admit() of a {admission.verdict.value} entry")
         if not admission.new_keys and not admission.hidden:
             return None
-        ticket = Ticket(admission.new_keys, admission.hidden, self._now())
-        for _index, key in admission.new_keys:
-            self._keys[key] = ticket
-            self._order.append(key)
-        return ticket
+        # The stamp of the check just before (the clock is not read again: same instant).
+        stamp = self._last_stamp
+        add = self._table.add
+        new_keys = admission.new_keys
+        if len(new_keys) == 1:
+            return Ticket(add(new_keys[0], stamp), admission.new_indexes, admission.hidden)
+        first = -1
+        for digest in new_keys:
+            slot = add(digest, stamp)
+            if first < 0:
+                first = slot
+        return Ticket(first, admission.new_indexes, admission.hidden)
 
     def on_persisted(self, ticket: Ticket | None, position: Position) -> None:
         """The entry is durable at ``position`` (every entry, keyed or not, in log order)."""
@@ -333,68 +339,37 @@ class IdempotencyWindow:
         self._entries_since_snapshot += 1
         if ticket is None:
             return
-        bits = _stamp_bits(ticket.stamp)
-        for index, key in ticket.keys:
-            if self._keys.get(key) is ticket:
-                self._keys[key] = _live_value(position, index, bits)
-                self._durable += 1
+        table = self._table
+        ledger_id, entry_id = position
+        if ticket.indexes is None:
+            if ticket.first >= 0:
+                table.persist(ticket.first, ledger_id, entry_id, 0)
+        else:
+            for index, slot in ticket.slots():
+                table.persist(slot, ledger_id, entry_id, index)
         if ticket.hidden:
             self._hidden[position] = ticket.hidden
             self.hidden_messages += ticket.hidden.bit_count()
-        self._evict_over_count()
+        if table.durable > self._config.max_keys:
+            self.evicted += table.evict_over(self._config.max_keys)
 
     def on_write_failed(self, ticket: Ticket | None) -> None:
         """The entry was not stored: its keys leave the window (a retry is new)."""
         if ticket is None:
             return
-        for _index, key in ticket.keys:
-            if self._keys.get(key) is ticket:
-                del self._keys[key]
-                self._stale[key] = self._stale.get(key, 0) + 1
+        table = self._table
+        for _index, slot in ticket.slots():
+            if table.state(slot) == IN_FLIGHT:
+                table.discard(slot)
 
     # ------------------------------------------------------------------ expiry
 
     def _expire(self, now: float) -> None:
         # Exactly the documented test, on the exact stamp: a key stays while now - t < window.
-        seconds = self._config.window_seconds
-        order, known = self._order, self._keys
-        while order:
-            key = order[0]
-            if self._skip_stale(key):
-                continue
-            found = known[key]
-            if not isinstance(found, int) or now - _live_stamp(found) < seconds:
-                break
-            order.popleft()
-            del known[key]
-            self._durable -= 1
-            self.expired += 1
-        self._evict_over_count()
-
-    def _evict_over_count(self) -> None:
-        order, known = self._order, self._keys
-        while self._durable > self._config.max_keys and order:
-            key = order[0]
-            if self._skip_stale(key):
-                continue
-            if known[key].__class__ is not int:
-                break
-            order.popleft()
-            del known[key]
-            self._durable -= 1
-            self.evicted += 1
-
-    def _skip_stale(self, key: str) -> bool:
-        stale = self._stale.get(key)
-        if not stale:
-            return False
-        # The front entry of a key removed out of order (its newest entry, if any, is later).
-        self._order.popleft()
-        if stale == 1:
-            del self._stale[key]
-        else:
-            self._stale[key] = stale - 1
-        return True
+        table = self._table
+        self.expired += table.expire_older(now, self._config.window_seconds)
+        if table.durable > self._config.max_keys:
+            self.evicted += table.evict_over(self._config.max_keys)
 
     # ------------------------------------------------------------------ hidden indexes
 
@@ -424,28 +399,20 @@ class IdempotencyWindow:
         cost of a snapshot (proportional to the window) stays O(1) per entry amortised, and a
         replay covers at most that many entries."""
         since = self._entries_since_snapshot
-        return since > 0 and since >= max(min_entries, self._durable)
+        return since > 0 and since >= max(min_entries, self._table.durable)
 
-    def snapshot_records(self) -> tuple[list[tuple[str, int]], dict[Position, int]]:
-        """The durable keys with their packed locations (`pack_location`, oldest first; stamps
-        rounded up to the millisecond) and the hidden masks, describing the log up to
-        `last_persisted_position`; keys in flight are after it and replayed if they land."""
-        records: list[tuple[str, int]] = []
-        last_bits, last_ms = -1, 0
-        for key, found in self._keys.items():
-            if isinstance(found, int):
-                bits = found & _U64
-                if bits != last_bits:  # keys of one entry (or one instant) share the stamp
-                    last_bits, last_ms = bits, stamp_ms(_live_stamp(found))
-                location = found >> _LIVE_STAMP_BITS
-                records.append((key, (location << _STAMP_BITS) | last_ms))
+    def snapshot_records(self) -> tuple[list[tuple[bytes, int]], dict[Position, int]]:
+        """The durable keys' digests with their packed locations (`pack_location`, oldest
+        first; stamps rounded up to the millisecond) and the hidden masks, describing the log
+        up to `last_persisted_position`; keys in flight are after it and replayed if they land."""
+        records: list[tuple[bytes, int]] = self._table.snapshot_records()
         self._entries_since_snapshot = 0
         return records, dict(self._hidden)
 
     @classmethod
     def restore(
         cls,
-        records: Iterable[tuple[str, int]],
+        records: Iterable[tuple[Key, int]],
         hidden: Mapping[Position, int],
         *,
         config: WindowConfig | None = None,
@@ -454,21 +421,22 @@ class IdempotencyWindow:
     ) -> IdempotencyWindow:
         """A window rebuilt from a snapshot (records oldest first); then `replay` the log."""
         window = cls(config, clock)
+        table = window._table
         last_stamp_ms = 0
         for key, packed in records:
-            ms = packed & _STAMP_MASK
-            location = packed >> _STAMP_BITS
-            window._keys[key] = (location << _LIVE_STAMP_BITS) | _stamp_bits(ms / 1000)
-            window._order.append(key)
-            window._durable += 1
-            last_stamp_ms = max(last_stamp_ms, ms)
+            position, index, stamp = unpack_location(packed)
+            digest = digest_of(key)
+            if table.find(digest) >= 0:
+                continue  # cannot happen in a snapshot this code wrote
+            table.persist(table.add(digest, stamp), position.ledger_id, position.entry_id, index)
+            last_stamp_ms = max(last_stamp_ms, packed & _STAMP_MASK)
         window._last_stamp = last_stamp_ms / 1000
         window._hidden = dict(hidden)
         window._last_persisted_position = snapshot_position
         return window
 
     def replay(
-        self, position: Position, keys: Sequence[str | None], *, is_batch: bool, stamp: float
+        self, position: Position, keys: Sequence[Key | None], *, is_batch: bool, stamp: float
     ) -> None:
         """Apply one stored entry after the snapshot, in log order, as the live window did.
 
@@ -484,23 +452,21 @@ class IdempotencyWindow:
         # Keys are tracked even when the window is off now: an entry written while it was on
         # must get its hidden indexes back (`finish_replay` then forgets the keys).
         hidden = 0
-        seen_here: set[str] = set()
-        known = self._keys
-        bits = _stamp_bits(stamp)
+        seen_here: set[bytes] = set()
+        table = self._table
+        ledger_id, entry_id = position
         for index, key in enumerate(keys):
             if key is None:
                 continue
-            if is_batch and (key in known or key in seen_here):
+            digest = digest_of(key)
+            found = table.find(digest)
+            if is_batch and (found >= 0 or digest in seen_here):
                 hidden |= 1 << index
                 continue
-            seen_here.add(key)
-            if key in known:
-                del known[key]
-                self._stale[key] = self._stale.get(key, 0) + 1
-                self._durable -= 1
-            known[key] = _live_value(position, index, bits)
-            self._order.append(key)
-            self._durable += 1
+            seen_here.add(digest)
+            if found >= 0:
+                table.discard(found)  # a single message re-sent after its key left: refreshed
+            table.persist(table.add(digest, stamp), ledger_id, entry_id, index)
         if hidden:
             self._hidden[position] = self._hidden.get(position, 0) | hidden
 
@@ -510,27 +476,30 @@ class IdempotencyWindow:
         if self._config.enabled:
             self._expire(self._now())
         else:
-            self._forget_durable_keys()
+            self._table.clear_durable()
 
     # ------------------------------------------------------------------ queries
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._table)
 
-    def original_of(self, key: str) -> tuple[Position, int] | None:
+    def original_of(self, key: Key) -> tuple[Position, int] | None:
         """Where the durable copy of ``key`` is (position, batch index), if in the window."""
-        found = self._keys.get(key)
-        if isinstance(found, int):
-            return _unpack_location_bits(found >> _LIVE_STAMP_BITS)
-        return None
+        table = self._table
+        found = table.find(digest_of(key))
+        if found < 0 or table.state(found) != DURABLE:
+            return None
+        ledger_id, entry_id, index = table.location(found)
+        return Position(ledger_id, entry_id), index
 
     def stats(self) -> dict[str, object]:
+        durable = self._table.durable
         return {
             "enabled": self._config.enabled,
             "windowSeconds": self._config.window_seconds,
             "maxKeys": self._config.max_keys,
-            "keys": self._durable,
-            "keysInFlight": len(self._keys) - self._durable,
+            "keys": durable,
+            "keysInFlight": len(self._table) - durable,
             "duplicatesDropped": self.duplicates,
             "inFlightAnswers": self.in_flight_answers,
             "hiddenMessages": self.hidden_messages,

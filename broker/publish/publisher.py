@@ -56,7 +56,7 @@ from broker.publish.dedup_snapshot import (
     dedup_config_from,
     exact_batch_highest_sequence_id,
 )
-from broker.publish.idempotency_keys import KeyScanRefused, entry_keys
+from broker.publish.idempotency_keys import KeyScanRefused, check_entry
 from broker.publish.idempotency_snapshot import take_snapshot as take_idempotency_snapshot
 from broker.publish.idempotency_window import Admission, IdempotencyWindow, Verdict
 from broker.publish.producers import Producer, ProducerRegistry
@@ -217,14 +217,13 @@ class Publisher:
         if window is None or not window.config.enabled:
             return None
         try:
-            keys = entry_keys(entry, window.config.max_uncompressed_bytes)
+            admission = check_entry(window, entry)
         except KeyScanRefused as exc:
             # Bounded work per SEND (issue #24): refused in its turn, nothing stored; the code
             # makes the official clients fail just this message (`InvalidMessageMetadata`).
             raise InvalidMessageMetadata(str(exc)) from None
-        if keys is None:
+        if admission is None:
             return None
-        admission = window.check(keys.keys)
         if admission.verdict is Verdict.IN_FLIGHT:
             raise PersistenceError(
                 "Cannot determine whether the message is a duplicate at this time "

@@ -15,10 +15,15 @@ from protocol import pb
 from protocol.batch import SingleMessage, encode_batch
 from protocol.compression import encode as compress
 from protocol.enums import IDEMPOTENCY_KEY_PROPERTY, CompressionType
+from protocol.idempotency_scan import key_digest
 from protocol.metadata import encode_entry
 from tests.heavy_sends import keyed_batch, zstd_key_bomb
 
 KEY = IDEMPOTENCY_KEY_PROPERTY
+
+
+def digests(keys: list[str | None]) -> list[bytes | None]:
+    return [None if key is None else key_digest(key.encode()) for key in keys]
 
 
 def batch(messages: list[SingleMessage], codec: CompressionType | None = None) -> bytes:
@@ -37,7 +42,7 @@ def test_keys_of_a_batch_in_order() -> None:
     found = entry_keys(keyed_batch("p", 0, ["a", "b"]))
     assert found is not None
     assert found.is_batch
-    assert found.keys == ["a", "b"]
+    assert found.keys == digests(["a", "b"])
 
 
 def test_keys_of_a_compressed_batch_with_keyless_messages() -> None:
@@ -46,7 +51,7 @@ def test_keys_of_a_compressed_batch_with_keyless_messages() -> None:
     )
     found = entry_keys(entry)
     assert found is not None
-    assert found.keys == ["k", None]
+    assert found.keys == digests(["k", None])
 
 
 def test_a_keyless_compressed_batch_has_no_keys() -> None:
@@ -66,7 +71,7 @@ def test_a_keyed_batch_at_the_count_bound_is_read_and_one_more_is_refused() -> N
     keys = [f"k{i}" for i in range(MAX_KEYED_BATCH_MESSAGES)]
     found = entry_keys(keyed_batch("p", 0, keys))
     assert found is not None
-    assert found.keys == keys
+    assert found.keys == digests(keys)
     with pytest.raises(KeyScanRefused):
         entry_keys(keyed_batch("p", 0, [*keys, "one-more"]))
 

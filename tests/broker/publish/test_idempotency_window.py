@@ -17,6 +17,7 @@ from broker.publish.idempotency_window import (
     IdempotencyWindow,
     Verdict,
     WindowConfig,
+    digest_of,
     pack_location,
     stamp_ms,
     unpack_location,
@@ -43,6 +44,10 @@ def window(
     seconds: float = 120, max_keys: int = 100, clock: Clock | None = None
 ) -> IdempotencyWindow:
     return IdempotencyWindow(WindowConfig(seconds, max_keys), clock or Clock())
+
+
+def digests(keys: list[str | None]) -> list[bytes | None]:
+    return [None if key is None else digest_of(key) for key in keys]
 
 
 def store(w: IdempotencyWindow, keys: list[str | None], position: Position) -> None:
@@ -165,7 +170,8 @@ def test_batches_all_duplicate_and_partly_duplicate() -> None:
     partly = w.check(["c", "a", None, "d", "d"])
     assert partly.verdict is Verdict.NEW
     assert partly.hidden == 0b10010  # "a" (a stored key) and the second "d" (same batch)
-    assert partly.new_keys == ((0, "c"), (3, "d"))
+    assert partly.new_keys == (digest_of("c"), digest_of("d"))
+    assert partly.new_indexes == (0, 3)
     w.on_persisted(w.admit(partly), P(1, 2))
     assert w.hidden_indexes(P(1, 2)) == 0b10010
     assert w.check(["d"]).original == P(1, 2)
@@ -238,10 +244,10 @@ def test_entry_keys_of_single_and_batched_messages() -> None:
     assert entry_keys(_entry({"other": "x"})) is None
     single = entry_keys(_entry({IDEMPOTENCY_KEY_PROPERTY: "k"}))
     assert single is not None
-    assert (single.keys, single.is_batch) == (["k"], False)
+    assert (single.keys, single.is_batch) == (digests(["k"]), False)
     batch = entry_keys(_batch_entry(["a", None, "b"]))
     assert batch is not None
-    assert (batch.keys, batch.is_batch) == (["a", None, "b"], True)
+    assert (batch.keys, batch.is_batch) == (digests(["a", None, "b"]), True)
     assert entry_keys(_batch_entry([None, None])) is None
 
 
@@ -249,7 +255,7 @@ def test_entry_keys_of_single_and_batched_messages() -> None:
 def test_entry_keys_of_compressed_batches(codec: CompressionType) -> None:
     found = entry_keys(_batch_entry(["a", "b"], codec))
     assert found is not None
-    assert found.keys == ["a", "b"]
+    assert found.keys == digests(["a", "b"])
 
 
 # --------------------------------------------------------------------------- snapshot + replay
@@ -261,11 +267,14 @@ def test_snapshot_round_trip_keeps_order_positions_and_stamps() -> None:
         (P(3, 9), 4, 1_700_000_001.0),
         (P(2**40, 2**33), 0, 5.5),
     ]
-    records = [(key, pack_location(*loc)) for key, loc in zip("zam", locations, strict=True)]
+    records = [
+        (digest_of(key), pack_location(*loc)) for key, loc in zip("zam", locations, strict=True)
+    ]
     hidden = {P(3, 9): 0b1011}
     decoded_records, decoded_hidden = decode_snapshot(encode_snapshot(records, hidden))
     assert decoded_hidden == hidden
-    assert [key for key, _ in decoded_records] == ["z", "a", "m"]  # by position = acceptance
+    # by position = acceptance
+    assert [key for key, _ in decoded_records] == digests(["z", "a", "m"])
     assert [unpack_location(packed) for _, packed in decoded_records] == locations
 
 

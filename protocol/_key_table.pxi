@@ -1,0 +1,300 @@
+# The idempotency window's digest store, compiled (issue #26; included by _speedups.pyx after
+# _keys.pxi, whose _le64 and digest size it uses). broker/publish/idempotency_table.py is the
+# reference: PyKeyTable.
+
+DEF _NO_LEDGER = -1
+DEF _DEAD_LEDGER = -2
+DEF _EMPTY = 0xFFFFFFFF
+DEF _CELL_MOD = 0xFFFFFFFF
+DEF _MIN_CAPACITY = 16
+
+
+cdef int64_t _stamp_ms(double stamp) noexcept:
+    """broker.publish.idempotency_window.stamp_ms: the stamp rounded up to the millisecond."""
+    cdef int64_t ms = <int64_t>floor(stamp * 1000)
+    while ms / 1000.0 < stamp:
+        ms += 1
+    while (ms - 1) / 1000.0 >= stamp:
+        ms -= 1
+    return ms
+
+
+cdef class KeyTable:
+    """broker.publish.idempotency_table.PyKeyTable, compiled: the same ring and index, in
+    memory from PyMem (so tracemalloc counts it)."""
+
+    cdef uint8_t *_digests
+    cdef double *_stamps
+    cdef int64_t *_ledgers
+    cdef int64_t *_entries
+    cdef int32_t *_batch
+    cdef uint32_t *_cells
+    cdef Py_ssize_t _capacity
+    cdef Py_ssize_t _ncells
+    cdef int64_t _head
+    cdef int64_t _tail
+    cdef Py_ssize_t _live
+    cdef readonly Py_ssize_t durable
+
+    def __cinit__(self):
+        self._capacity = 0
+        self._ncells = 0
+        self._allocate_ring(_MIN_CAPACITY)
+        self._allocate_cells(2 * _MIN_CAPACITY)
+
+    def __dealloc__(self):
+        PyMem_Free(self._digests)
+        PyMem_Free(self._stamps)
+        PyMem_Free(self._ledgers)
+        PyMem_Free(self._entries)
+        PyMem_Free(self._batch)
+        PyMem_Free(self._cells)
+
+    def __len__(self):
+        return self._live
+
+    cdef int _allocate_ring(self, Py_ssize_t capacity) except -1:
+        """New ring arrays of ``capacity`` slots holding the live range, oldest first."""
+        cdef uint8_t *digests = <uint8_t *>PyMem_Malloc(capacity * _DIGEST)
+        cdef double *stamps = <double *>PyMem_Malloc(capacity * sizeof(double))
+        cdef int64_t *ledgers = <int64_t *>PyMem_Malloc(capacity * sizeof(int64_t))
+        cdef int64_t *entries = <int64_t *>PyMem_Malloc(capacity * sizeof(int64_t))
+        cdef int32_t *batch = <int32_t *>PyMem_Malloc(capacity * sizeof(int32_t))
+        cdef int64_t seq
+        cdef Py_ssize_t at, to, run
+        if not digests or not stamps or not ledgers or not entries or not batch:
+            PyMem_Free(digests)
+            PyMem_Free(stamps)
+            PyMem_Free(ledgers)
+            PyMem_Free(entries)
+            PyMem_Free(batch)
+            raise MemoryError()
+        seq = self._head
+        while seq < self._tail:  # runs contiguous in both rings: at most three
+            at = seq % self._capacity
+            to = seq % capacity
+            run = min(self._tail - seq, self._capacity - at, capacity - to)
+            memcpy(digests + to * _DIGEST, self._digests + at * _DIGEST, run * _DIGEST)
+            memcpy(stamps + to, self._stamps + at, run * sizeof(double))
+            memcpy(ledgers + to, self._ledgers + at, run * sizeof(int64_t))
+            memcpy(entries + to, self._entries + at, run * sizeof(int64_t))
+            memcpy(batch + to, self._batch + at, run * sizeof(int32_t))
+            seq += run
+        PyMem_Free(self._digests)
+        PyMem_Free(self._stamps)
+        PyMem_Free(self._ledgers)
+        PyMem_Free(self._entries)
+        PyMem_Free(self._batch)
+        self._digests, self._stamps, self._ledgers = digests, stamps, ledgers
+        self._entries, self._batch = entries, batch
+        self._capacity = capacity
+        return 0
+
+    cdef int _allocate_cells(self, Py_ssize_t ncells) except -1:
+        cdef uint32_t *cells = <uint32_t *>PyMem_Malloc(ncells * sizeof(uint32_t))
+        cdef int64_t seq
+        if not cells:
+            raise MemoryError()
+        memset(cells, 0xFF, ncells * sizeof(uint32_t))
+        PyMem_Free(self._cells)
+        self._cells = cells
+        self._ncells = ncells
+        for seq in range(self._head, self._tail):
+            if self._ledgers[seq % self._capacity] != _DEAD_LEDGER:
+                self._insert(seq)
+        return 0
+
+    cdef inline uint8_t *_digest_at(self, int64_t seq) noexcept:
+        return self._digests + (seq % self._capacity) * _DIGEST
+
+    cdef inline int64_t _seq_of(self, uint32_t value) noexcept:
+        cdef uint64_t head_mod = <uint64_t>self._head % _CELL_MOD
+        return self._head + <int64_t>((<uint64_t>value + _CELL_MOD - head_mod) % _CELL_MOD)
+
+    cdef inline Py_ssize_t _home(self, const uint8_t *digest) noexcept:
+        return <Py_ssize_t>(_le64(digest) & <uint64_t>(self._ncells - 1))
+
+    cdef int64_t _find(self, const uint8_t *digest) noexcept:
+        cdef Py_ssize_t cell = self._home(digest), mask = self._ncells - 1
+        cdef uint32_t value
+        cdef int64_t seq
+        while True:
+            value = self._cells[cell]
+            if value == _EMPTY:
+                return -1
+            seq = self._seq_of(value)
+            if memcmp(self._digest_at(seq), digest, _DIGEST) == 0:
+                return seq
+            cell = (cell + 1) & mask
+
+    cdef void _insert(self, int64_t seq) noexcept:
+        cdef Py_ssize_t cell = self._home(self._digest_at(seq)), mask = self._ncells - 1
+        while self._cells[cell] != _EMPTY:
+            cell = (cell + 1) & mask
+        self._cells[cell] = <uint32_t>(<uint64_t>seq % _CELL_MOD)
+
+    cdef void _delete(self, int64_t seq) noexcept:
+        cdef Py_ssize_t cell = self._home(self._digest_at(seq)), mask = self._ncells - 1
+        cdef Py_ssize_t hole, home
+        cdef uint32_t target = <uint32_t>(<uint64_t>seq % _CELL_MOD), value
+        while self._cells[cell] != target:
+            cell = (cell + 1) & mask
+        hole = cell
+        while True:
+            cell = (cell + 1) & mask
+            value = self._cells[cell]
+            if value == _EMPTY:
+                break
+            home = self._home(self._digest_at(self._seq_of(value)))
+            if ((cell - home) & mask) >= ((cell - hole) & mask):
+                self._cells[hole] = value
+                hole = cell
+        self._cells[hole] = _EMPTY
+
+    cdef inline bint _valid(self, int64_t seq) noexcept:
+        return self._head <= seq < self._tail
+
+    def find(self, bytes digest not None):
+        if PyBytes_GET_SIZE(digest) != _DIGEST:
+            return -1
+        return self._find(<const uint8_t *>PyBytes_AS_STRING(digest))
+
+    def state(self, int64_t seq):
+        cdef int64_t ledger = self._ledgers[seq % self._capacity]
+        return 1 if ledger == _NO_LEDGER else 0 if ledger == _DEAD_LEDGER else 2
+
+    def location(self, int64_t seq):
+        cdef Py_ssize_t at = seq % self._capacity
+        return self._ledgers[at], self._entries[at], self._batch[at]
+
+    def stamp(self, int64_t seq):
+        return self._stamps[seq % self._capacity]
+
+    def digest(self, int64_t seq):
+        return PyBytes_FromStringAndSize(<char *>self._digest_at(seq), _DIGEST)
+
+    def durable_slots(self):
+        cdef int64_t seq
+        cdef list slots = []
+        for seq in range(self._head, self._tail):
+            if self._ledgers[seq % self._capacity] >= 0:
+                slots.append(seq)
+        return slots
+
+    def snapshot_records(self):
+        """[(digest, packed location)] of the durable slots, oldest first (the reference says
+        how a location is packed)."""
+        cdef list records = []
+        cdef int64_t seq, ms = 0
+        cdef double stamp, last_stamp = -1.0
+        cdef Py_ssize_t at
+        for seq in range(self._head, self._tail):
+            at = seq % self._capacity
+            if self._ledgers[at] < 0:
+                continue
+            stamp = self._stamps[at]
+            if stamp != last_stamp:
+                last_stamp, ms = stamp, _stamp_ms(stamp)
+            location = ((<object>self._ledgers[at]) << 64) | self._entries[at]
+            location = (location << 21) | (self._batch[at] + 1)
+            records.append((self.digest(seq), (location << 45) | ms))
+        return records
+
+    def add(self, bytes digest not None, double stamp):
+        cdef int64_t seq
+        cdef Py_ssize_t at
+        if PyBytes_GET_SIZE(digest) != _DIGEST:
+            raise ValueError(f"a key digest has {_DIGEST} bytes, not {len(digest)}")
+        if self._tail - self._head == self._capacity:
+            self._allocate_ring(self._capacity + self._capacity // 2 + _MIN_CAPACITY)
+        if 2 * (self._live + 1) > self._ncells:
+            self._allocate_cells(2 * self._ncells)
+        seq = self._tail
+        self._tail += 1
+        at = seq % self._capacity
+        memcpy(self._digests + at * _DIGEST, PyBytes_AS_STRING(digest), _DIGEST)
+        self._stamps[at] = stamp
+        self._ledgers[at] = _NO_LEDGER
+        self._entries[at] = 0
+        self._batch[at] = 0
+        self._insert(seq)
+        self._live += 1
+        return seq
+
+    def persist(self, int64_t seq, int64_t ledger_id, int64_t entry_id, int32_t batch_index):
+        cdef Py_ssize_t at
+        if not self._valid(seq):
+            return False
+        at = seq % self._capacity
+        if self._ledgers[at] != _NO_LEDGER:
+            return False
+        self._ledgers[at] = ledger_id
+        self._entries[at] = entry_id
+        self._batch[at] = batch_index
+        self.durable += 1
+        return True
+
+    def discard(self, int64_t seq):
+        cdef Py_ssize_t at
+        cdef int64_t ledger
+        if not self._valid(seq):
+            return
+        at = seq % self._capacity
+        ledger = self._ledgers[at]
+        if ledger == _DEAD_LEDGER:
+            return
+        self._delete(seq)
+        self._ledgers[at] = _DEAD_LEDGER
+        self._live -= 1
+        if ledger >= 0:
+            self.durable -= 1
+
+    cdef void _pop_head(self) noexcept:
+        self._delete(self._head)
+        self._head += 1
+        self._live -= 1
+        self.durable -= 1
+
+    def expire_older(self, double now, double seconds):
+        cdef Py_ssize_t removed = 0, at
+        cdef int64_t ledger
+        while self._head < self._tail:
+            at = self._head % self._capacity
+            ledger = self._ledgers[at]
+            if ledger == _DEAD_LEDGER:
+                self._head += 1
+                continue
+            if ledger == _NO_LEDGER or now - self._stamps[at] < seconds:
+                break
+            self._pop_head()
+            removed += 1
+        self._maybe_shrink()
+        return removed
+
+    def evict_over(self, Py_ssize_t max_keys):
+        cdef Py_ssize_t removed = 0, at
+        cdef int64_t ledger
+        while self.durable > max_keys and self._head < self._tail:
+            at = self._head % self._capacity
+            ledger = self._ledgers[at]
+            if ledger == _DEAD_LEDGER:
+                self._head += 1
+                continue
+            if ledger == _NO_LEDGER:
+                break
+            self._pop_head()
+            removed += 1
+        self._maybe_shrink()
+        return removed
+
+    def clear_durable(self):
+        for seq in self.durable_slots():
+            self.discard(seq)
+
+    cdef int _maybe_shrink(self) except -1:
+        cdef Py_ssize_t used = self._tail - self._head
+        if self._capacity > 4 * _MIN_CAPACITY and 4 * used < self._capacity:
+            self._allocate_ring(max(_MIN_CAPACITY, used + used // 4 + _MIN_CAPACITY))
+            if self._ncells > 4 * _MIN_CAPACITY and 8 * self._live < self._ncells:
+                self._allocate_cells(self._ncells // 2)
+        return 0

@@ -1,0 +1,146 @@
+"""broker/publish/idempotency_table.py: the compiled KeyTable against the reference PyKeyTable
+and both against a plain model (a dict and a list in acceptance order), on random operations;
+the memory per key; and the v1 snapshot a build before issue #26 wrote, opened by this one."""
+
+from __future__ import annotations
+
+import gc
+import shutil
+import tracemalloc
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.publish.idempotency_snapshot import recover_window
+from broker.publish.idempotency_table import DEAD, DURABLE, IN_FLIGHT, PyKeyTable
+from broker.publish.idempotency_window import WindowConfig
+from broker.storage import Ledger, LedgerConfig, Position
+from protocol import _speedups
+from protocol.idempotency_scan import key_digest
+
+V1_DIRECTORY = Path(__file__).parent / "data" / "idempotency_v1"
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 40)),
+        st.tuples(st.just("persist"), st.integers(0, 60)),
+        st.tuples(st.just("discard"), st.integers(0, 60)),
+        st.tuples(st.just("expire"), st.integers(0, 60)),
+        st.tuples(st.just("evict"), st.integers(0, 30)),
+        st.tuples(st.just("clear"), st.just(0)),
+    ),
+    max_size=300,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(operations)
+def test_compiled_table_matches_the_reference(ops: list[tuple[str, int]]) -> None:
+    """Every answer of the compiled table equals the reference's, and both keep the window's
+    rules: a digest is found iff it was added and has not left; slots leave from the head only
+    past an in-flight slot never."""
+    compiled, reference = _speedups.KeyTable(), PyKeyTable()
+    added: list[bytes] = []
+    for op, n in ops:
+        digest = key_digest(str(n).encode())
+        if op == "add":
+            if reference.find(digest) >= 0:
+                continue
+            seq = reference.add(digest, float(len(added)))
+            assert compiled.add(digest, float(len(added))) == seq == len(added)
+            added.append(digest)
+        elif op == "persist" and added:
+            seq = n % len(added)
+            expected = (
+                reference.state(seq) == IN_FLIGHT if reference.find(added[seq]) == seq else False
+            )
+            assert reference.persist(seq, 1, n, n % 3 - 1) is expected
+            assert compiled.persist(seq, 1, n, n % 3 - 1) is expected
+        elif op == "discard" and added:
+            seq = reference.find(added[n % len(added)])
+            if seq >= 0:
+                compiled.discard(seq)
+                reference.discard(seq)
+                assert reference.find(added[n % len(added)]) == -1
+        elif op == "expire":
+            assert compiled.expire_older(float(n), 5.0) == reference.expire_older(float(n), 5.0)
+        elif op == "evict":
+            assert compiled.evict_over(n) == reference.evict_over(n)
+            in_flight = len(reference) - reference.durable
+            assert reference.durable <= n or in_flight > 0
+        elif op == "clear":
+            compiled.clear_durable()
+            reference.clear_durable()
+            assert reference.durable == 0
+        assert len(compiled) == len(reference)
+        assert compiled.durable == reference.durable
+        assert compiled.snapshot_records() == reference.snapshot_records()
+        newest = {digest_n: seq for seq, digest_n in enumerate(added)}  # re-added: a new slot
+        for digest_n, seq in newest.items():
+            found = reference.find(digest_n)
+            assert compiled.find(digest_n) == found
+            assert found in (-1, seq)
+            if found >= 0:
+                assert compiled.state(seq) == reference.state(seq) != DEAD
+    for seq in reference.durable_slots():
+        assert compiled.location(seq) == reference.location(seq)
+        assert compiled.stamp(seq) == reference.stamp(seq)
+        assert compiled.state(seq) == reference.state(seq) == DURABLE
+
+
+def test_many_keys_grow_shrink_and_stay_findable() -> None:
+    """Past the growth and shrink points of ring and index, with removals from the middle."""
+    table = _speedups.KeyTable()
+    digests = [key_digest(str(i).encode()) for i in range(20_000)]
+    for i, digest in enumerate(digests):
+        assert table.persist(table.add(digest, float(i)), 1, i, -1)
+    for i in range(0, 20_000, 7):
+        table.discard(table.find(digests[i]))
+    assert table.expire_older(15_000.0, 1.0) > 0  # now - stamp >= 1: stamps up to 14999 leave
+    for i, digest in enumerate(digests):
+        found = table.find(digest)
+        assert (found >= 0) == (i >= 15_000 and i % 7 != 0), i
+        if found >= 0:
+            assert table.location(found) == (1, i, -1)
+
+
+def test_a_key_costs_at_most_100_bytes() -> None:
+    """Issue #26: the window's memory per key (digest, stamp, location, index, growth slack),
+    traced at a size between two growth steps, where the slack is largest."""
+    gc.collect()
+    tracemalloc.start()
+    table = _speedups.KeyTable()
+    count = 150_000
+    for i in range(count):
+        table.persist(table.add(key_digest(i.to_bytes(8, "little")), 1.0), 1, i, -1)
+    traced, _peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert traced / count <= 100, traced / count
+
+
+def test_a_snapshot_written_before_digests_is_read(tmp_path: Path) -> None:
+    """The upgrade rule of issue #22: the topic directory in ``data/idempotency_v1`` was written
+    by the build before issue #26 (format 1, ``"k:" + key`` names; a snapshot after four
+    entries, two more entries to replay). This build reads it and answers as that one did."""
+    directory = tmp_path / "topic"
+    shutil.copytree(V1_DIRECTORY, directory)
+    ledger = Ledger.open(
+        directory,
+        LedgerConfig(preallocate_bytes=0, retention_time_minutes=-1, retention_size_mb=-1),
+    )
+    try:
+        window = recover_window(ledger, WindowConfig(window_seconds=10**10, max_keys=100))
+        assert window.replayed_entries == 2
+        assert window.original_of("order-1") == (Position(1, 0), 0)
+        assert window.original_of("order-2") == (Position(1, 2), 0)
+        assert window.original_of("order-3") == (Position(1, 2), 2)
+        assert window.original_of("ключ-ü") == (Position(1, 3), 0)
+        assert window.original_of("order-4") == (Position(1, 4), 0)  # replayed
+        assert window.original_of("order-5") == (Position(2, 0), 0)  # replayed
+        assert window.hidden_indexes(Position(1, 2)) == 0b010  # from the snapshot
+        assert window.hidden_indexes(Position(2, 0)) == 0b10  # re-derived by the replay
+        assert window.check(["order-1"]).original == Position(1, 0)
+        assert window.stats()["keys"] == 6
+    finally:
+        ledger.close()
