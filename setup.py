@@ -51,6 +51,7 @@ def _extensions() -> list[Extension]:
             "protocol/_wire.pxi",
             "protocol/_metadata.pxi",
             "protocol/_message.pxi",
+            "protocol/_batch_builder.pxi",
             "protocol/_keys.pxi",
             "protocol/_key_table.pxi",
         ],

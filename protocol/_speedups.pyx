@@ -456,5 +456,6 @@ def crc32c_tables(data, uint32_t value=0):
     return result
 
 
+include "_batch_builder.pxi"
 include "_keys.pxi"
 include "_key_table.pxi"

@@ -14,6 +14,8 @@ once; a batch closed by bytes is flushed), so a failing task leaves only whole b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = ["BatchCutter", "cut_points", "row_bytes"]
 
 _RECORD_OVERHEAD = 32  # per-message metadata in a batch (ids, sizes, time), estimated
@@ -49,6 +51,26 @@ class BatchCutter:
     def reset(self) -> None:
         self.count = 0
         self.bytes = 0
+
+    def split(self, sizes: Sequence[int]) -> list[int]:
+        """Rows of ``sizes`` bytes join the batch in progress in order: the positions (0 ..
+        ``len(sizes)``) where a batch ends, as ``closes_before``/``add`` would cut them one row
+        at a time. The rows after the last position stay in the batch in progress (this
+        cutter's state); a position 0 ends the batch held before these rows."""
+        ends: list[int] = []
+        count, total = self.count, self.bytes
+        max_messages, max_bytes = self.max_messages, self.max_bytes
+        for position, size in enumerate(sizes):
+            if count and total + size > max_bytes:
+                ends.append(position)
+                count = total = 0
+            count += 1
+            total += size
+            if count >= max_messages or total >= max_bytes:
+                ends.append(position + 1)
+                count = total = 0
+        self.count, self.bytes = count, total
+        return ends
 
 
 def cut_points(sizes: list[int], max_messages: int, max_bytes: int) -> list[int]:

@@ -47,7 +47,7 @@ class Columns:
     __slots__ = ("count", "events", "keys", "partitions", "properties", "sizes", "topics", "values")
 
     def __init__(self, batch: pa.RecordBatch, plan: dict[str, int]) -> None:
-        self.count = batch.num_rows
+        self.count: int = batch.num_rows
 
         def column(role: str) -> pa.Array | None:
             index = plan.get(role)

@@ -63,7 +63,6 @@ producers' codec.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable, Hashable, Iterator, Sequence
@@ -77,8 +76,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from client.errors import ProducerBusy, Result
-from client.message_id import MessageId
+from client.errors import ProducerBusy
 from client.sync import Client, Producer
 from protocol.enums import CompressionType
 from spark_connector.batches import BatchCutter
@@ -98,6 +96,7 @@ from spark_connector.sink_identity import (
     route,
     sequence_id,
 )
+from spark_connector.sink_send import Receipts, TargetBatch
 
 __all__ = [
     "BatchWriter",
@@ -136,38 +135,6 @@ class SinkCommit(WriterCommitMessage):
     duplicates: int
 
 
-class _Receipts:
-    """Counts receipts from the client's loop thread; remembers the first failure."""
-
-    def __init__(self) -> None:
-        self.stored = 0
-        self.duplicates = 0
-        self.error: str | None = None
-        self._lock = threading.Lock()
-
-    def __call__(self, result: Result, message_id: MessageId | None) -> None:
-        with self._lock:
-            if result != Result.Ok or message_id is None:
-                if self.error is None:
-                    self.error = f"send failed: {result!r}"
-            elif message_id.entry_id() < 0:
-                self.duplicates += 1  # PIP-6 duplicate: already stored by an earlier attempt
-            else:
-                self.stored += 1
-
-
-class _Open:
-    """A target (topic or partition) the task writes to: its producer and batch in progress."""
-
-    __slots__ = ("cutter", "pending", "producer")
-
-    def __init__(self, producer: Producer, cutter: BatchCutter) -> None:
-        self.producer = producer
-        self.cutter = cutter
-        # (value, key, properties, event time, sequence id) of the batch in progress
-        self.pending: list[tuple[bytes | None, str | None, Any, int | None, int]] = []
-
-
 class _TaskWriter:
     """One task's producers and its write loop (column-wise: ``rows.Columns``)."""
 
@@ -183,8 +150,8 @@ class _TaskWriter:
         self.order = order
         self.task = task
         self.client: Client = shared_client(options.service_url, options.client_options)
-        self.receipts = _Receipts()
-        self.open: dict[str, _Open] = {}
+        self.receipts = Receipts()
+        self.open: dict[str, TargetBatch] = {}
         self.leased: dict[str, tuple[Hashable, Producer]] = {}
         self.guard: ReplayGuard | None = None
         name = self.producer_name
@@ -243,7 +210,7 @@ class _TaskWriter:
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
 
-    def _open_target(self, target: str, index: int, columns: Columns, i: int) -> _Open:
+    def _open_target(self, target: str, index: int, columns: Columns, i: int) -> TargetBatch:
         """The producer for ``target``, opened for row ``index`` (the first routed there), and
         the checks against what the broker already holds for it."""
         options = self.options
@@ -269,15 +236,13 @@ class _TaskWriter:
         self.open[target] = opened = self._new_open(producer)
         return opened
 
-    def _new_open(self, producer: Producer) -> _Open:
+    def _new_open(self, producer: Producer) -> TargetBatch:
         options = self.options
-        return _Open(
-            producer,
-            BatchCutter(
-                options.batching_max_messages if options.batching_enabled else 1,
-                options.batching_max_bytes,
-            ),
+        cutter = BatchCutter(
+            options.batching_max_messages if options.batching_enabled else 1,
+            options.batching_max_bytes,
         )
+        return TargetBatch(producer, cutter, self.receipts)
 
     def _check_not_forgotten(self, producer_name: str) -> None:
         """The broker does not know the producer: refuse if it may have forgotten it."""
@@ -310,6 +275,15 @@ class _TaskWriter:
             names, partitioned = partition_topics(self.client, topic)
             found = self._partitions[topic] = (names, len(names) if partitioned else 0)
         return found
+
+    def single_target(self, columns: Columns) -> str | None:
+        """The one target of every row of ``columns`` (the ``topic`` option naming a topic
+        that is not partitioned, no ``partition`` column), else None."""
+        option = self.options.topic
+        if option is None or columns.partitions is not None:
+            return None
+        names, partitions = self._partitioning(option)
+        return names[0] if partitions == 0 else None
 
     def targets(self, columns: Columns, start: int) -> list[str]:
         """The topic (``topic`` or one of its partitions) of each row; row ``i`` of
@@ -373,7 +347,7 @@ class _TaskWriter:
             if self.guard is not None:
                 self.guard.finish(rows)
             for opened in self.open.values():
-                self._send_batch(opened)
+                opened.send()
             self.flush()
             failed = False
         finally:
@@ -395,69 +369,72 @@ class _TaskWriter:
         )
 
     def _queue(self, columns: Columns, start: int, hook: RowHook | None) -> int:
-        """Exactly-once: number the rows from ``start`` and queue them in their target's batch;
-        hand a batch over when it is complete. Returns the next row index."""
+        """Exactly-once: number the rows from ``start``, check them against an earlier attempt
+        (``replay_guard``) before any is sent, and feed them to their target's batch, which
+        sends each batch it completes (``sink_send``). Returns the next row index."""
         if start + columns.count > 1 << _ROW_BITS:
             raise ValueError(f"a task of more than {1 << _ROW_BITS} rows")
-        base = self.task.batch_id << _ROW_BITS
         sequence_id(self.task.batch_id, 0)  # checks the batch id's range
-        targets = self.targets(columns, start)
-        values, keys, events, properties, sizes = (
-            columns.values,
-            columns.keys,
-            columns.events,
-            columns.properties,
-            columns.sizes,
-        )
-        guard, opened_of = self.guard, self.open
-        assert guard is not None
-        index = start
-        for i in range(columns.count):
-            target = targets[i]
-            opened = opened_of.get(target)
+        id0 = (self.task.batch_id << _ROW_BITS) + start  # row r's sequence id: id0 + r
+        single = self.single_target(columns)
+        if single is not None and hook is None:  # the common case: one topic, whole chunks
+            opened = self.open.get(single)
+            checked = 0
             if opened is None:
-                opened = self._open_target(target, index, columns, i)
-            elif guard.expecting:
-                guard.check(index, target, columns.row(i))
-            cutter = opened.cutter
-            size = sizes[i]
-            if cutter.closes_before(size):
-                self._send_batch(opened)
-            opened.pending.append(
-                (
-                    values[i],
-                    keys[i] if keys is not None else None,
-                    properties[i] if properties is not None else None,
-                    events[i] if events is not None else None,
-                    base | index,
-                )
-            )
-            index += 1
-            if cutter.add(size):
-                self._send_batch(opened)
-            if hook is not None:
-                hook(index, self.flush)
-        return index
+                opened = self._open_target(single, start, columns, 0)  # checks row 0
+                checked = 1
+            guard = self.guard
+            for i in range(checked, columns.count):
+                if guard is None or not guard.expecting:
+                    break  # only a retry compares rows (with what an earlier attempt stored)
+                guard.check(start + i, single, columns.row(i))
+            opened.feed(columns, range(columns.count), id0)
+            return start + columns.count
+        targets = self.targets(columns, start)
+        groups: dict[str, list[int]] = {}
+        for i, target in enumerate(targets):
+            self._check_row(columns, start, i, target)
+            if hook is None:
+                groups.setdefault(target, []).append(i)
+            else:  # test faults count rows as they are queued: one row at a time
+                self.open[target].feed(columns, [i], id0)
+                hook(start + i + 1, self.flush)
+        for target, rows in groups.items():
+            self.open[target].feed(columns, rows, id0)
+        return start + columns.count
 
-    def _send_batch(self, opened: _Open) -> None:
-        pending, opened.pending = opened.pending, []
-        send, receipts = opened.producer.send_async, self.receipts
-        for value, key, properties, event, seq in pending:
-            send(
-                value,
-                receipts,
-                properties=properties,
-                partition_key=key,
-                event_timestamp=event,
-                sequence_id=seq,
-            )
-        cutter = opened.cutter
-        if pending and cutter.count < cutter.max_messages:
-            opened.producer.flush()  # closed by bytes or by the task's end
-        cutter.reset()
+    def _check_row(self, columns: Columns, start: int, i: int, target: str) -> None:
+        """Open ``target`` at row ``i`` (its first row), or check row ``i`` (a retry)."""
+        if target not in self.open:
+            self._open_target(target, start + i, columns, i)
+        elif self.guard is not None and self.guard.expecting:
+            self.guard.check(start + i, target, columns.row(i))
 
     def _send_now(self, columns: Columns, start: int, hook: RowHook | None) -> int:
-        """At-least-once: send each row at once, in input order (the client batches)."""
+        """At-least-once: the rows in input order, each target's rows of the chunk in one bulk
+        call (the producer numbers them; the client cuts the entries)."""
+        if hook is not None:
+            return self._send_each(columns, start, hook)
+        single = self.single_target(columns)
+        groups: dict[str, range | list[int]] = {}
+        if single is not None:
+            groups[single] = range(columns.count)
+        else:
+            lists: dict[str, list[int]] = {}
+            for i, target in enumerate(self.targets(columns, start)):
+                lists.setdefault(target, []).append(i)
+            groups.update(lists)
+        options = self.options
+        max_messages = options.batching_max_messages if options.batching_enabled else 1
+        for target, rows in groups.items():
+            opened = self.open.get(target)
+            if opened is None:
+                opened = self._open_target(target, start + rows[0], columns, rows[0])
+            opened.send_now(columns, rows, max_messages)
+        return start + columns.count
+
+    def _send_each(self, columns: Columns, start: int, hook: RowHook) -> int:
+        """At-least-once under a test fault: each row at once, in input order."""
         targets = self.targets(columns, start)
         values, keys, events, properties = (
             columns.values,
@@ -480,8 +457,7 @@ class _TaskWriter:
                 event_timestamp=events[i] if events is not None else None,
             )
             index += 1
-            if hook is not None:
-                hook(index, self.flush)
+            hook(index, self.flush)
         return index
 
     def flush(self) -> None:

@@ -40,8 +40,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Protocol
 
-from client.accumulator import Accumulator, BatchAccumulator, EntryContext, SingleAccumulator
-from client.batching import BatchBuilder, BatchingType, OutgoingMessage
+from client.accumulator import Accumulator, EntryContext
+from client.batching import OutgoingMessage
 from client.config import ClientConfig
 from client.crypto import MessageEncryptor
 from client.errors import (
@@ -57,14 +57,13 @@ from client.errors import (
     TopicTerminated,
     from_server_error,
 )
-from client.key_based_batching import KeyBasedAccumulator
 from client.message_id import MessageId
 from client.pending import Completion, OutOfOrderReceipt, PendingSends, SendOp
+from client.producer.bulk import BulkSendApi
 from client.producer.config import PayloadEncoder, ProducerConfig
-from client.producer.encryption import EncryptingAccumulator, encryption_overhead
+from client.producer.entries import entry_context, new_accumulator
 from client.producer.send_api import SendApi
 from protocol import commands, pb
-from protocol.enums import CompressionType
 from protocol.errors import ServerError
 from protocol.ids import from_u64
 from protocol.topic_name import TopicName
@@ -100,7 +99,7 @@ class _State(enum.Enum):
 _SENDABLE = frozenset({_State.CONNECTING, _State.READY})
 
 
-class AsyncProducer(SendApi):
+class AsyncProducer(SendApi, BulkSendApi):
     """A producer on one topic; create it with ``AsyncClient.create_producer``."""
 
     def __init__(
@@ -166,11 +165,15 @@ class AsyncProducer(SendApi):
     ) -> asyncio.Future[MessageId]:
         """``send_async`` of a message ``prepare_message`` made: waits for room first when the
         queue is full and ``block_if_queue_full`` is on."""
+        await self.wait_for_room()
+        return self.enqueue(message, sequence_id)
+
+    async def wait_for_room(self) -> None:
+        """Wait while the queue is full, when ``block_if_queue_full`` is on."""
         if self._config.block_if_queue_full:
             while not self._pending.has_room():
                 self._check_sendable()
                 await self._pending.wait_for_room()
-        return self.enqueue(message, sequence_id)
 
     def enqueue(
         self, message: OutgoingMessage, sequence_id: int | None = None
@@ -209,6 +212,22 @@ class AsyncProducer(SendApi):
             self._dispatch(op)
         if self._batch_timer is None and accumulator.deadline is not None:
             self._arm_batch_timer(accumulator.deadline)
+
+    def enqueue_ops(self, ops: list[SendOp]) -> None:
+        """Queue SEND operations built elsewhere (``client.producer.bulk``) now, in order and
+        after what a batch holds; each takes ``op.permits`` queue slots.
+
+        Raises:
+            ProducerQueueIsFull: no room (``max_pending_messages``).
+        """
+        self._check_sendable()
+        if not self._pending.has_room():
+            raise ProducerQueueIsFull(f"no room for more messages on {self._topic}")
+        self._drain_accumulator()
+        for op in ops:
+            self._pending.reserve(op.permits)
+            self._next_sequence_id = max(self._next_sequence_id, op.last_sequence_id + 1)
+            self._dispatch(op)
 
     async def flush(self) -> None:
         """Send whatever a batch holds and wait until every message queued so far is answered.
@@ -467,43 +486,17 @@ class AsyncProducer(SendApi):
             self._created.set_result(None)
 
     def _new_accumulator(self) -> Accumulator:
-        inner = self._plain_accumulator()
-        if self._encryptor is None:
-            return inner
-        return EncryptingAccumulator(inner, self._encryptor)
+        return new_accumulator(self._config, self.entry_context(), self._encryptor)
 
-    def _plain_accumulator(self) -> Accumulator:
-        config = self._config
-        max_message_size = self._max_message_size
-        if config.encryption_keys:
-            # Entries grow when encrypted: chunks are cut smaller so that they still fit.
-            overhead = encryption_overhead(config.encryption_keys)
-
-            def max_message_size() -> int:
-                return self._max_message_size() - overhead
-
-        context = EntryContext(
-            producer_id=self._producer_id,
-            producer_name=self._name or "",
-            codec=CompressionType(int(config.compression_type)),
-            schema_version=self._schema_version,
-            max_message_size=max_message_size,
+    def entry_context(self) -> EntryContext:
+        """What this producer's entries are built with (valid once it is created)."""
+        return entry_context(
+            self._config,
+            self._producer_id,
+            self._name or "",
+            self._schema_version,
+            self._max_message_size,
         )
-        if not config.batching_enabled:
-            return SingleAccumulator(context, chunking=config.chunking_enabled)
-        if config.batching_type == BatchingType.KeyBased:
-            return KeyBasedAccumulator(
-                context,
-                max_messages=config.batching_max_messages,
-                max_bytes=config.batching_max_allowed_size_in_bytes,
-                max_publish_delay_ms=config.batching_max_publish_delay_ms,
-            )
-        builder = BatchBuilder(
-            max_messages=config.batching_max_messages,
-            max_bytes=config.batching_max_allowed_size_in_bytes,
-            max_publish_delay_ms=config.batching_max_publish_delay_ms,
-        )
-        return BatchAccumulator(context, builder)
 
     def _max_message_size(self) -> int:
         cnx = self._cnx or self._creating_on

@@ -17,22 +17,30 @@ import concurrent.futures
 import functools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, Protocol, cast
 
 from client.batching import OutgoingMessage
-from client.errors import InvalidMessage, ProducerQueueIsFull, PulsarException, Result
+from client.errors import (
+    InvalidMessage,
+    OperationNotSupported,
+    ProducerQueueIsFull,
+    PulsarException,
+    Result,
+)
 from client.message_id import MessageId
 from client.partitioned_producer import AsyncPartitionedProducer
 from client.producer import AsyncProducer, PayloadEncoder, prepare_send
+from client.producer.bulk import BulkReceipt, Rows, numbered, prepare_rows, send_ops
 from client.signatures import copy_parameters, same_parameters
 from client.sync.runner import Runner
 
-__all__ = ["Producer", "SendCallback"]
+__all__ = ["BulkCallback", "Producer", "SendCallback"]
 
 logger = logging.getLogger(__name__)
 P = ParamSpec("P")
 SendCallback = Callable[[Result, MessageId | None], None]
+BulkCallback = Callable[[Result, BulkReceipt | None], None]
 
 
 class _SendAsync(Protocol[P]):
@@ -125,6 +133,83 @@ class Producer:
         self._send(message, sequence_id, done, callback)
         return done
 
+    def send_rows(
+        self,
+        payloads: Sequence[bytes | None],
+        first_sequence_id: int | None = None,
+        *,
+        sequence_ids: Sequence[int] | None = None,
+        keys: Sequence[str | None] | None = None,
+        properties: Sequence[Mapping[str, str] | None] | None = None,
+        event_times: Sequence[int | None] | None = None,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        callback: BulkCallback | None = None,
+    ) -> concurrent.futures.Future[BulkReceipt] | None:
+        """Send rows given as columns as whole batch entries (Magnetar's bulk path, see
+        ``client.producer.bulk``): row ``i`` has sequence id ``first_sequence_id + i``, or
+        ``sequence_ids[i]``, or with neither the producer's next. ``callback(result,
+        receipt)`` (on the client's loop thread) or the returned future tells once every
+        entry is answered. With explicit ids the entries are built here, in the calling
+        thread (so a bad row raises here); otherwise on the loop, where the ids are taken. The
+        call takes ``len(payloads)`` queue slots, waiting (with ``block_if_queue_full``) while
+        the queue is full.
+
+        Raises:
+            MessageTooBig: a row alone exceeds the broker's limit (nothing is sent).
+            OperationNotSupported: a partitioned or encrypting producer.
+            ValueError, TypeError: bad columns.
+        """
+        self._runner.check_usable()
+        producer = self._producer
+        if not isinstance(producer, AsyncProducer):
+            raise OperationNotSupported("send_rows takes a producer of one topic or partition")
+        rows = Rows(payloads, 0, sequence_ids, keys, properties, event_times)
+        explicit = first_sequence_id is not None or sequence_ids is not None
+        entries = (
+            prepare_rows(
+                producer, numbered(producer, rows, first_sequence_id), max_messages, max_bytes
+            )
+            if explicit
+            else None
+        )
+        done: concurrent.futures.Future[BulkReceipt] | None = (
+            concurrent.futures.Future() if callback is None else None
+        )
+        count = len(payloads)
+        if not count:
+            _deliver_bulk(done, callback, BulkReceipt((), ()), None)
+            return done
+        block = self._block and not self._runner.loop_thread.on_loop_thread()
+        if self._slots is not None and not self._slots.acquire(blocking=block, count=count):
+            _deliver_bulk(done, callback, None, ProducerQueueIsFull("the producer's queue is full"))
+            return done
+
+        def finished(receipt: BulkReceipt | None, error: PulsarException | None) -> None:
+            self._release(count)  # on the loop thread, with the last entry's answer
+            _deliver_bulk(done, callback, receipt, error)
+
+        def enqueue() -> None:  # on the loop thread
+            try:
+                built = entries
+                if built is None:
+                    built = prepare_rows(
+                        producer, numbered(producer, rows, None), max_messages, max_bytes
+                    )
+                producer.enqueue_ops(
+                    send_ops(built, producer.entry_context().producer_id, finished)
+                )
+            except Exception as exc:
+                error = exc if isinstance(exc, PulsarException) else InvalidMessage(repr(exc))
+                finished(None, error)
+
+        try:
+            self._runner.submit(enqueue)
+        except BaseException:
+            self._release(count)
+            raise
+        return done
+
     def flush(self) -> None:
         self._runner.run(self._producer.flush())
 
@@ -164,9 +249,9 @@ class Producer:
             error = exc if isinstance(exc, PulsarException) else InvalidMessage(repr(exc))
             delivery.set_exception(error)
 
-    def _release(self) -> None:
+    def _release(self, count: int = 1) -> None:
         if self._slots is not None:
-            self._slots.release()
+            self._slots.release(count)
 
 
 class _Slots:
@@ -183,7 +268,10 @@ class _Slots:
         self._waiting = 0
         self._condition = threading.Condition(threading.Lock())
 
-    def acquire(self, blocking: bool) -> bool:
+    def acquire(self, blocking: bool, count: int = 1) -> bool:
+        """Take ``count`` slots once one is free: a bulk call may overdraw the bound, as the
+        asyncio producer's queue lets it (``client.producer.bulk``), so it never waits for
+        more room than the bound has."""
         with self._condition:
             while self._available <= 0:
                 if not blocking:
@@ -193,14 +281,14 @@ class _Slots:
                     self._condition.wait()
                 finally:
                     self._waiting -= 1
-            self._available -= 1
+            self._available -= count
             return True
 
-    def release(self) -> None:
+    def release(self, count: int = 1) -> None:
         with self._condition:
-            self._available += 1
+            self._available += count
             if self._waiting:
-                self._condition.notify()
+                self._condition.notify(count)
 
 
 class _Delivery:
@@ -243,6 +331,25 @@ class _Delivery:
     def _finish(self) -> None:
         self._finished = True
         self._producer._release()
+
+
+def _deliver_bulk(
+    done: concurrent.futures.Future[BulkReceipt] | None,
+    callback: BulkCallback | None,
+    receipt: BulkReceipt | None,
+    error: PulsarException | None,
+) -> None:
+    if done is not None:
+        if receipt is not None:
+            done.set_result(receipt)
+        else:
+            done.set_exception(error or PulsarException("no receipt"))
+        return
+    assert callback is not None
+    try:
+        callback(Result.Ok if error is None else error.result, receipt)
+    except Exception:
+        logger.exception("exception in a send_rows callback (ignored)")
 
 
 def _deliver(

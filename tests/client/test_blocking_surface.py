@@ -31,6 +31,7 @@ NOT_MIRRORED = {
 # Parameters the official blocking API adds, and where: (facade method, name) -> index.
 ADDED = {
     (Producer, "send_async"): {"callback": 1},
+    (Producer, "send_rows"): {"callback": -1},  # ours (bulk): completion as for send_async
     (Client, "subscribe"): {"message_listener": 4},  # the official place: after schema
     (Client, "create_reader"): {"reader_listener": 3},
 }
@@ -91,7 +92,14 @@ def test_every_addition_is_a_keyword_capable_parameter_with_a_none_default() -> 
         signature = inspect.signature(getattr(facade, name))
         for parameter in added:
             found = signature.parameters[parameter]
-            assert found.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+            # Where the official method takes it positionally, so do we; our own bulk
+            # ``send_rows`` takes every option by keyword only.
+            official = name != "send_rows"
+            assert found.kind is (
+                inspect.Parameter.POSITIONAL_OR_KEYWORD
+                if official
+                else inspect.Parameter.KEYWORD_ONLY
+            )
             assert found.default is None
 
 
