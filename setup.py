@@ -54,6 +54,7 @@ def _extensions() -> list[Extension]:
             "protocol/_batch_builder.pxi",
             "protocol/_keys.pxi",
             "protocol/_key_table.pxi",
+            "protocol/_columns.pxi",
         ],
     )
     return cythonize([speedups], compiler_directives={"language_level": "3"}, quiet=True)

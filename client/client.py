@@ -21,6 +21,7 @@ import functools
 import itertools
 import os
 import re
+from collections.abc import Callable
 from types import TracebackType
 
 from client.arguments import check_number, check_type, check_type_or_none
@@ -376,6 +377,7 @@ class AsyncClient:
         topic: str,
         config: ConsumerConfig,
         dead_letter_policy: ConsumerDeadLetterPolicy | None = None,
+        prepare: Callable[[AsyncConsumer], None] | None = None,
     ) -> AsyncConsumer:
         full_name = _full_topic_name(topic)
         dead_letter = None
@@ -384,6 +386,8 @@ class AsyncClient:
                 self, dead_letter_policy, full_name, config.subscription_name
             )
         consumer = AsyncConsumer(self, full_name, next(self._ids), config, dead_letter)
+        if prepare is not None:  # before any frame comes (client.entry_reader's entry mode)
+            prepare(consumer)
         self._consumers.add(consumer)
         await consumer.start()
         return consumer

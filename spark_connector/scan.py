@@ -11,6 +11,10 @@ from a later one, the entry is gone (topic deleted, or trimmed by retention igno
 connector's cursor): ``DataLoss`` with ``failOnDataLoss=true``, else a warning and the scan goes
 on from what exists. The durable cursor (``cursor``) is kept one entry behind the committed
 position so retention never trims the entry a restart resumes at.
+
+``iter_range_entries`` is the same range as whole entries (``client.entry_reader``), each with
+the batch indexes of it inside the range: the raw-value source's columnar path, which never
+makes a ``Message`` per record. Same start, end, data-loss and timeout rules.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from typing import Any
 from client.errors import Timeout
 from client.message import Message
 from client.message_id import MessageId
+from client.raw_entry import RawEntry
 from client.sync import Client, Reader
+from client.sync.entry_reader import EntryReader, create_entry_reader
 from spark_connector.clients import partition_topics
 from spark_connector.positions import EARLIEST, Position
 from spark_connector.range_check import RangeTimeout, range_still_exists, range_timeout_message
@@ -31,6 +37,7 @@ __all__ = [
     "DataLoss",
     "PartitionScan",
     "iter_range",
+    "iter_range_entries",
     "partition_topic",
     "position_after",
     "position_of",
@@ -241,3 +248,101 @@ def iter_range(
                 return
     finally:
         scan.close()
+
+
+#: Entries an entry reader queues at most (its queue counts entries, and a sink's batch holds
+#: hundreds of rows: ``pulsar.reader.receiverQueueSize`` may lower it, not raise it) and hands
+#: over per call.
+ENTRY_QUEUE_SIZE = 64
+
+
+def _open_entries(
+    client: Client, topic: str, start: Position, reader_options: Mapping[str, Any] | None
+) -> EntryReader:
+    start_id = (
+        MessageId.earliest if start.is_earliest else MessageId(-1, start.ledger, start.entry, -1)
+    )
+    options = dict(reader_options or {})
+    options["receiver_queue_size"] = min(
+        options.get("receiver_queue_size", ENTRY_QUEUE_SIZE), ENTRY_QUEUE_SIZE
+    )
+    return create_entry_reader(client, topic, start_id, start_message_id_inclusive=True, **options)
+
+
+def _within(entry: RawEntry, start: Position, stop: tuple[int, ...]) -> tuple[list[int], bool]:
+    """The indexes of ``entry`` in ``[start, stop)`` (``[0]`` for an entry that is one
+    message), and whether the range ends in it (nothing after it is to be read)."""
+    key = (entry.ledger_id, entry.entry_id)
+    whole = not entry.is_batch or entry.encrypted  # one message: position index 0
+    taken = [0] if whole else entry.taken()
+    if key == (start.ledger, start.entry):
+        taken = [index for index in taken if index >= start.batch]
+    if key == stop[:2]:
+        return [index for index in taken if index < stop[2]], True
+    if key > stop[:2]:
+        return [], True
+    return taken, False
+
+
+def iter_range_entries(
+    client: Client,
+    topic: str,
+    start: Position,
+    end: Position,
+    *,
+    fail_on_data_loss: bool,
+    poll_timeout_ms: int,
+    reader_options: Mapping[str, Any] | None = None,
+) -> Iterator[tuple[RawEntry, list[int]]]:
+    """The entries holding ``[start, end)``, in order, each with its batch indexes in the range
+    (never empty); see ``iter_range`` for the rules.
+
+    Raises:
+        DataLoss: see the module docstring (with ``failOnDataLoss``).
+    """
+    if end < start:
+        what = f"the end {end} of a batch is before its start {start}"
+        if fail_on_data_loss:
+            raise DataLoss(data_loss_message(topic, what))
+        logger.warning("%s", data_loss_message(topic, what))
+        start = EARLIEST
+    reader = _open_entries(client, topic, start, reader_options)
+    stop = tuple(end)
+    checked = start.is_earliest
+    try:
+        while True:
+            try:
+                entries = reader.read_entries(ENTRY_QUEUE_SIZE, poll_timeout_ms)
+            except Timeout:
+                what = f"no message within pollTimeoutMs before the end {end}"
+                if range_still_exists(reader.get_last_message_id(), end):
+                    raise RangeTimeout(range_timeout_message(topic, end)) from None
+                if fail_on_data_loss:
+                    raise DataLoss(data_loss_message(topic, what)) from None
+                logger.warning("%s", data_loss_message(topic, what))
+                return
+            for entry in entries:
+                if not checked:
+                    checked = True
+                    _check_first_entry(topic, entry, start, fail_on_data_loss)
+                taken, last = _within(entry, start, stop)
+                if taken:
+                    yield entry, taken
+                if last:  # the end's entry: nothing after it is read (nor waited for)
+                    return
+    finally:
+        try:
+            reader.close()
+        except Exception:
+            logger.debug("closing an entry reader of %s failed", topic, exc_info=True)
+
+
+def _check_first_entry(topic: str, entry: RawEntry, start: Position, fail: bool) -> None:
+    if (entry.ledger_id, entry.entry_id) > (start.ledger, start.entry):
+        what = (
+            f"entry {start.ledger}:{start.entry} (start {start}) is gone, "
+            f"next is {entry.ledger_id}:{entry.entry_id}"
+        )
+        if fail:
+            raise DataLoss(data_loss_message(topic, what))
+        logger.warning("%s", data_loss_message(topic, what))

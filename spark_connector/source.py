@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,13 +32,15 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from client.message import Message
+from client.sync import Client
 from spark_connector.clients import shared_client
+from spark_connector.entry_columns import EntryColumns
 from spark_connector.headers import HEADERS_SCHEMA, with_headers
 from spark_connector.offsets import EARLIEST_SPEC, LATEST_SPEC, SourceOffset, canonical
 from spark_connector.options import SourceOptions
 from spark_connector.planner import Planner
 from spark_connector.positions import EARLIEST, Position, pack
-from spark_connector.scan import DataLoss, iter_range, partition_topic
+from spark_connector.scan import DataLoss, iter_range, iter_range_entries, partition_topic
 from spark_connector.schema_read import RAW_VALUE, SchemaDecoder, ValueLayout
 from spark_connector.splits import split_ranges
 
@@ -194,11 +196,10 @@ def read_range(
         logger.warning("%s partition %d is gone: nothing to read", part.topic, part.partition)
         return
     finish = with_headers if options.include_headers else _same
-    decoder = (
-        SchemaDecoder(client, source, layout)
-        if layout is not None and layout.kind != "raw"
-        else None
-    )
+    if layout is None or layout.kind == "raw":
+        yield from _read_entries(options, part, client, source, finish)
+        return
+    decoder = SchemaDecoder(client, source, layout)
     chunk: list[Message] = []
     for message in iter_range(
         client,
@@ -215,6 +216,32 @@ def read_range(
             chunk = []
     if chunk:
         yield finish(to_record_batch(chunk, part.topic, part.partition, decoder))
+
+
+def _read_entries(
+    options: SourceOptions,
+    part: TopicRange,
+    client: Client,
+    source: str,
+    finish: Callable[[pa.RecordBatch], pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """The raw-value path: whole entries into columns (``entry_columns``), no ``Message`` per
+    row; batches of about ``_ARROW_ROWS`` rows (whole entries: a batch entry is not cut)."""
+    columns = EntryColumns(part.topic, part.partition, ARROW_SCHEMA)
+    for entry, taken in iter_range_entries(
+        client,
+        source,
+        part.start,
+        part.end,
+        fail_on_data_loss=options.fail_on_data_loss,
+        poll_timeout_ms=options.poll_timeout_ms,
+        reader_options=options.reader_options,
+    ):
+        columns.add(entry, taken)
+        if columns.count >= _ARROW_ROWS:
+            yield finish(columns.take())
+    if columns.count:
+        yield finish(columns.take())
 
 
 def _same(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -18,6 +18,8 @@ As the official C++ consumer does:
   its permits not returned: the next consumer of the subscription gets it); DISCARD
   acknowledges it with ``DecryptionError``; CONSUME hands it out still encrypted and
   compressed, a batch as one message, as an ``UndecryptedMessage``.
+* **Entry mode** (``deliver_entries``, for ``client.entry_reader``): each entry is queued
+  whole, as a ``RawEntry``, not split into messages (see ``_on_whole_entry``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from client.consumer.receiver_queue import ReceiverQueue
 from client.crypto import EncryptionContext, MessageDecryptor
 from client.message import Message, ReceivedEntry
 from client.message_id import UNKNOWN_CLUSTER, MessageId
+from client.raw_entry import RawEntry
 from protocol import (
     Frame,
     RemoteProtocolError,
@@ -199,6 +202,111 @@ class EntryDecoder:
             self._on_plain(command.redelivery_count, ledger, entry_id, metadata, payload)
         else:
             self._on_entry(command, ledger, entry_id, metadata, payload)
+
+    def deliver_entries(self) -> None:
+        """Entry mode: queue whole entries (``RawEntry``) instead of messages; a reader's
+        only (no acknowledgement bookkeeping), set before its subscription starts. The switch
+        replaces ``on_message`` on this instance: the per-message path is not touched."""
+        assert not self._durable, "entry mode is for readers"
+        self.on_message = self._on_whole_entry  # type: ignore[method-assign]
+
+    def _on_whole_entry(self, frame: Frame) -> None:
+        """Entry mode's ``on_message``: decrypted, reassembled and decompressed as for messages,
+        then queued as one item. The broker counted the entry's messages as permits; the queued
+        item holds one (returned when it is handed out, as a message's), the others come back
+        now, so clears (seek, reconnection) count it right. The queue's bound is in entries."""
+        command = frame.command.message
+        received = command.message_id
+        ledger, entry_id = from_u64(received.ledgerId), from_u64(received.entryId)
+        assert frame.entry is not None
+        wire = WireMessageId(ledger, entry_id)
+        if not frame.checksum_valid:
+            self._discard(wire, AckValidationError.ChecksumMismatch, 1)
+            return
+        try:
+            metadata, payload, _ = decode_entry_plain(frame.entry)
+        except RemoteProtocolError:
+            self._discard(wire, AckValidationError.BatchDeSerializeError, 1)
+            return
+        encrypted = False
+        if metadata.encryption_keys:
+            decrypted = self._decrypt(metadata, payload, ledger, entry_id)
+            if decrypted is None:
+                return  # held or discarded
+            payload, encrypted = decrypted
+        cnx = self._connection()
+        bound = cnx.max_message_size if cnx is not None else DEFAULT_MAX_MESSAGE_SIZE
+        self._cluster = cnx.cluster if cnx is not None else UNKNOWN_CLUSTER
+        chunked_id: MessageId | None = None
+        if metadata.num_chunks_from_msg and is_chunk(metadata):
+            outcome = self._assembler.add(metadata, payload, wire, int(time.time() * 1000))
+            self._chunk_outcome(outcome)
+            if outcome.message is None:
+                self._receiver.return_permits(1)
+                return
+            metadata, payload = outcome.message.metadata, outcome.message.payload
+            ids = outcome.message.chunk_ids
+            chunked_id = MessageId.from_wire(
+                dataclasses.replace(ids[-1], partition=self._partition), first_chunk=ids[0]
+            )
+            bound = compression.DEFAULT_MAX_UNCOMPRESSED_SIZE
+        entry = RawEntry(
+            self._topic,
+            ledger,
+            entry_id,
+            self._partition,
+            metadata,
+            payload,
+            redelivery_count=command.redelivery_count,
+            cluster=self._cluster,
+            chunked_id=chunked_id,
+            encrypted=encrypted,
+        )
+        if metadata.compression and not encrypted:
+            try:
+                entry.payload = compression.decode(
+                    metadata.compression,
+                    payload,
+                    metadata.uncompressed_size,
+                    max_uncompressed_size=bound,
+                )
+            except compression.CompressionError as exc:
+                logger.warning("%s: discarding %s:%s: %s", self._owner, ledger, entry_id, exc)
+                self._discard(wire, exc.validation_error, entry.count)
+                return
+        if command.ack_set:
+            entry.indexes = frozenset(unacked_indexes(command.ack_set, entry.count))
+        if self.start.active:
+            entry.first_index = self._first_after_start(entry)
+        if entry.first_index >= entry.count or not entry.taken():
+            self._receiver.return_permits(entry.count)  # nothing of it is the reader's
+            return
+        self._receiver.append(entry)  # type: ignore[arg-type]  # an item like a message
+        if entry.count > 1:
+            self._receiver.return_permits(entry.count - 1)
+
+    def _first_after_start(self, entry: RawEntry) -> int:
+        """The first index of ``entry`` not before the reader's start (its count: none).
+        ``StartFilter.before`` grows false with the index: asked at most once per index of
+        the start's own entry, once or twice for any other."""
+        before = self.start.before
+        if entry.encrypted or not entry.is_batch:
+            whole = entry.chunked_id or MessageId.of_entry(
+                entry.ledger_id, entry.entry_id, -1, 0, entry.partition
+            )
+            return entry.count if before(whole) else 0
+        count = entry.count
+
+        def record(index: int) -> MessageId:
+            return MessageId.of_entry(
+                entry.ledger_id, entry.entry_id, index, count, entry.partition
+            )
+
+        if not before(record(0)):
+            return 0
+        if before(record(count - 1)):
+            return count
+        return next(index for index in range(1, count) if not before(record(index)))
 
     def _on_plain(
         self,
