@@ -52,6 +52,7 @@ def _extensions() -> list[Extension]:
             "protocol/_metadata.pxi",
             "protocol/_message.pxi",
             "protocol/_batch_builder.pxi",
+            "protocol/_dispatch.pxi",
             "protocol/_keys.pxi",
             "protocol/_key_table.pxi",
             "protocol/_columns.pxi",

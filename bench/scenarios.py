@@ -231,9 +231,17 @@ def _segment_files(data_dir: Path, topic: str) -> list[Path]:
     return files
 
 
-async def _tail(options: PerfOptions) -> tuple[dict[str, Any], dict[str, Any]]:
+#: The tailing consumer's permits (messages): 100 entries of P5's batches in flight, against the
+#: producer's 1000 (``raw_options``' window). A consumer refills at half its window, as Java's
+#: does, so this figure is bound by that FLOW round trip on the broker's one core.
+P5_CONSUMER_WINDOW = 10_000
+
+
+async def _tail(
+    options: PerfOptions, window: int = P5_CONSUMER_WINDOW
+) -> tuple[dict[str, Any], dict[str, Any]]:
     consumer_options = replace(
-        options, initial_position=InitialPosition.Earliest, duration=120.0, window=10_000
+        options, initial_position=InitialPosition.Earliest, duration=120.0, window=window
     )
     produced, received = Recorder(), Recorder()
     consuming = asyncio.create_task(run_raw_consume(consumer_options, received))
@@ -243,17 +251,34 @@ async def _tail(options: PerfOptions) -> tuple[dict[str, Any], dict[str, Any]]:
     return summary("produce", produced, settings), summary("consume", received, settings)
 
 
+def _tail_ratio(options: PerfOptions, messages: int, window: int) -> tuple[float, float, float]:
+    """Ingest and tailing dispatch rates (messages/s) of one run, and their ratio."""
+    produced, received = uvloop.run(_tail(options, window))
+    if received["messages"] != messages:
+        raise RuntimeError(f"tailing consumer got {received['messages']} messages")
+    return (
+        produced["msgs_per_s"],
+        received["msgs_per_s"],
+        received["msgs_per_s"] / produced["msgs_per_s"],
+    )
+
+
 def p5_dispatch(root: Path, scale: Scale) -> dict[str, Any]:
     ratios, ingest, dispatch, catch_up, cold_dd = [], [], [], [], []
+    # The same run with the consumer given as much in flight as the producer (1000 entries of
+    # 100 messages): what is left of the gap once the consumer's FLOW round trip is out of it.
+    matched_ratios = []
     with broker_on(root) as broker:
         for _ in range(scale.runs):
+            matched = raw_options(broker, count=scale.p5_messages, batch_messages=100, size=100)
+            matched_ratios.append(_tail_ratio(matched, scale.p5_messages, matched.window * 100)[2])
             options = raw_options(broker, count=scale.p5_messages, batch_messages=100, size=100)
-            produced, received = uvloop.run(_tail(options))
-            if received["messages"] != scale.p5_messages:
-                raise RuntimeError(f"tailing consumer got {received['messages']} messages")
-            ingest.append(produced["msgs_per_s"])
-            dispatch.append(received["msgs_per_s"])
-            ratios.append(received["msgs_per_s"] / produced["msgs_per_s"])
+            produced_rate, dispatch_rate, ratio = _tail_ratio(
+                options, scale.p5_messages, P5_CONSUMER_WINDOW
+            )
+            ingest.append(produced_rate)
+            dispatch.append(dispatch_rate)
+            ratios.append(ratio)
             topic = TopicName.parse(options.topics[0]).full_name
             files = _segment_files(broker.data_dir, topic)
             machine.drop_from_page_cache(files)
@@ -271,14 +296,18 @@ def p5_dispatch(root: Path, scale: Scale) -> dict[str, Any]:
     ratio = statistics.median(ratios)
     read_ratio = statistics.median(catch_up) / statistics.median(cold_dd)
     return {
-        "what": "raw producer (batches of 100 x 100 B, max rate) and a raw consumer tailing the "
-        "same topic in one process; then a new subscription reads the topic from the start "
+        "what": "raw producer (batches of 100 x 100 B, max rate, 1000 entries in flight) and a "
+        "raw consumer (10,000 permits, refilled at half) tailing the same topic in one process "
+        "(and once more with 100,000 permits, as much in flight as the producer); then a new "
+        "subscription reads the topic from the start "
         "with the segment files dropped from the page cache (posix_fadvise DONTNEED), against "
         "dd bs=1M of the same files, dropped the same way",
         "messages_per_run": scale.p5_messages,
         "ingest_msgs_per_s": spread(ingest, 0),
         "tailing_dispatch_msgs_per_s": spread(dispatch, 0),
         "dispatch_to_ingest": spread(ratios, 3),
+        "consumer_window_messages": P5_CONSUMER_WINDOW,
+        "dispatch_to_ingest_window_as_producer": spread(matched_ratios, 3),
         "catch_up_read_mb_s": spread(catch_up),
         "cold_dd_read_mb_s": spread(cold_dd),
         "catch_up_to_cold_dd": round(read_ratio, 3),

@@ -457,6 +457,7 @@ def crc32c_tables(data, uint32_t value=0):
 
 
 include "_batch_builder.pxi"
+include "_dispatch.pxi"
 include "_keys.pxi"
 include "_key_table.pxi"
 include "_columns.pxi"

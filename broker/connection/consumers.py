@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from broker.dispatch.consumer import Consumer
+from broker.dispatch.consumer import Consumer, RunItem
 from broker.dispatch.key_shared import KeySharedPolicy
 from broker.dispatch.subscription import Subscription
 from broker.errors import (
@@ -29,6 +29,7 @@ from broker.schemas.registry import SchemaRegistry
 from broker.storage import Position
 from broker.topics.positions import find_position_by_publish_time, reader_start, seek_target
 from protocol import commands, pb
+from protocol.dispatch_frames import encode_messages
 from protocol.enums import AckType, InitialPosition, KeySharedMode, SubType
 from protocol.errors import ServerError
 from protocol.framing import Frame
@@ -451,27 +452,12 @@ class ConsumerEndpoint:
             )
         )
 
-    def send_message(
-        self,
-        consumer_id: int,
-        position: Position,
-        entry: bytes,
-        redelivery_count: int,
-        ack_set: list[int] | None,
-    ) -> None:
+    def send_messages(self, consumer_id: int, run: list[RunItem]) -> None:
         # The partition index goes in the id, as Pulsar's broker does: the official clients
         # report it from there (message_id().partition()).
         state = self._consumers.get(consumer_id)
         partition = state.topic.name.partition if state is not None else -1
-        self._conn.write(
-            commands.message(
-                consumer_id,
-                MessageId(position.ledger_id, position.entry_id, partition),
-                entry,
-                redelivery_count,
-                ack_set,
-            )
-        )
+        self._conn.write(encode_messages(consumer_id, partition, run))
 
     def close_consumer(self, consumer_id: int) -> None:
         # Forget the id first: the client re-subscribes with the same id after CLOSE_CONSUMER.

@@ -32,6 +32,10 @@ from broker.storage import Position
 #: The hash recorded for an entry dispatched outside Key_Shared (no sticky key hash).
 NO_HASH = -1
 
+#: One delivery of a run: ``(position, entry, redelivery_count, ack_set or None)``, the shape
+#: ``protocol.dispatch_frames.encode_messages`` takes as it is.
+RunItem = tuple[Position, bytes, int, list[int] | None]
+
 
 class PendingEntries:
     """The entries dispatched to one consumer and not yet fully acknowledged, each with the
@@ -74,15 +78,9 @@ class PendingEntries:
 class ConsumerSink(Protocol):
     """What the dispatcher needs from a client connection."""
 
-    def send_message(
-        self,
-        consumer_id: int,
-        position: Position,
-        entry: bytes,
-        redelivery_count: int,
-        ack_set: list[int] | None,
-    ) -> None:
-        """Queue one MESSAGE frame for the consumer (written with the next socket flush)."""
+    def send_messages(self, consumer_id: int, run: list[RunItem]) -> None:
+        """Queue the MESSAGE frames of ``run`` for the consumer, in order, as one write (sent
+        with the next socket flush)."""
 
     def is_writable(self) -> bool:
         """False while the socket's write buffer is above its high-water mark."""

@@ -16,6 +16,10 @@ Rules this module keeps:
    when indexes are skipped and delivery never stalls.
 4. A partially acknowledged entry goes out with the cursor's PIP-54 ``ack_set``
    (``broker.dispatch.acknowledgements``), so the client skips the acknowledged indexes.
+5. A pass collects each consumer's deliveries as a *run* and hands it to the consumer's sink
+   once, at the end of the pass (``ConsumerSink.send_messages``: one buffer of MESSAGE frames,
+   built in compiled code, one write), or earlier once ``WRITE_THROUGH_BYTES`` are waiting, so
+   the connection's own measure of what a turn queued (its back-pressure) stays meaningful.
 
 The per-entry path is hot: it reads the in-flight containers and the consumer selection through
 attributes bound once in ``__init__``, never through another object per entry.
@@ -27,7 +31,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from broker.dispatch.acknowledgements import hidden_indexes, unacked_indexes
-from broker.dispatch.consumer import Consumer
+from broker.dispatch.consumer import Consumer, RunItem
 from broker.dispatch.consumer_selection import ConsumerSelection
 from broker.dispatch.delayed_delivery import DelayedDeliveries
 from broker.dispatch.entry_loader import ON_DISK, EntryLoader, Scheduler
@@ -37,6 +41,10 @@ from broker.publish.idempotency_window import visible_ack_set
 from broker.storage import Cursor, Position
 from protocol.enums import SubType
 from protocol.metadata import EntryMetadata
+
+#: Entry bytes a pass collects before it hands its runs to the sinks early (a pass is bounded by
+#: ``dispatcherMaxReadSizeBytes`` anyway; this keeps a single write near the socket's low mark).
+WRITE_THROUGH_BYTES = 1 << 20
 
 
 @dataclass(slots=True)
@@ -93,11 +101,15 @@ class Dispatcher:
         self._delayed_set = self._delayed.positions
         self.read_position = source.next_position(cursor.mark_delete_position)
         self._dispatch_scheduled = False
+        self._pass_this_turn = False
         self._dispatching = False
         self._closed = False
         # Consumers already told REACHED_END_OF_TOPIC (once each, as Java).
         self._told_end: set[Consumer] = set()
         self._entries = self._new_loader(source)
+        # Rule 5: this pass's deliveries per consumer, in order, and their entry bytes.
+        self._runs: dict[Consumer, list[RunItem]] = {}
+        self._run_bytes = 0
 
     def _new_loader(self, source: EntrySource) -> EntryLoader:
         return EntryLoader(
@@ -165,22 +177,53 @@ class Dispatcher:
         self._dispatch_scheduled = True
         self._scheduler.call_later(0, self._run_dispatch)
 
+    def dispatch_soon(self) -> None:
+        """Permits came back: a consumer starved of them waits for nothing but this pass, so it
+        runs now, in this turn, unless a pass already ran in it or is scheduled (one read batch
+        per subscription and turn, issue #24). A tailing consumer's FLOW to MESSAGE round trip
+        is then one turn shorter, and that round trip is what bounds its rate."""
+        if self._pass_this_turn or self._dispatch_scheduled or self._closed:
+            self.schedule()
+            return
+        self._run_dispatch()
+
     def _run_dispatch(self) -> None:
         self._dispatch_scheduled = False
         if self._closed or self._dispatching:
             return
+        if not self._pass_this_turn:
+            self._pass_this_turn = True
+            # Set before any pass this one schedules, so it runs first in the next turn
+            # (callbacks due at once run in the order they were set).
+            self._scheduler.call_later(0, self._turn_over)
         self._dispatching = True
         try:
             self.dispatch()
         finally:
             self._dispatching = False
 
+    def _turn_over(self) -> None:
+        self._pass_this_turn = False
+
     def dispatch(self) -> None:
         """Send as much as permits and socket buffers allow (rule 2: without waiting)."""
         if not self._selection.consumers:
             return
-        if self._dispatch_replay():
-            self._dispatch_new()
+        try:
+            if self._dispatch_replay():
+                self._dispatch_new()
+        finally:
+            self._send_runs()
+
+    def _send_runs(self) -> None:
+        """Hand each consumer its run of this pass (rule 5)."""
+        runs = self._runs
+        if not runs:
+            return
+        self._runs = {}
+        self._run_bytes = 0
+        for consumer, run in runs.items():
+            consumer.sink.send_messages(consumer.consumer_id, run)
 
     def _dispatch_replay(self) -> bool:
         """Redeliver what is due, up to one read batch per turn (as new entries: a consumer
@@ -239,18 +282,23 @@ class Dispatcher:
             if batch is not None:
                 self._maybe_reached_end()
             return  # the end, or a disk read that dispatches again when it completes
+        last: Position | None = None
         for position, entry in batch:
             if not self._any_consumer_ready():
-                return
-            self.read_position = self._source.next_position(position)
+                break
+            last = position
             if self._cursor.is_deleted(position) or position in self._flights:
                 continue
             if position in self._replay_set or position in self._delayed_set:
                 continue
             if not self._deliver(position, entry, from_replay=False):
                 self._add_replay(position)
-        if self._any_consumer_ready():
-            self.schedule()
+        else:
+            if self._any_consumer_ready():
+                self.schedule()
+        if last is not None:
+            # Once per batch, not per entry (a segment table lookup): the batch is contiguous.
+            self.read_position = max(self.read_position, self._source.next_position(last))
 
     def _maybe_reached_end(self) -> None:
         """Past the last entry of a terminated topic: tell each consumer once (Java sends
@@ -295,8 +343,13 @@ class Dispatcher:
         consumer = self._choose_consumer(metadata, position)
         if consumer is None:
             return False
-        redelivery_count = self._redelivery_counts.get(position, 0)
-        consumer.sink.send_message(consumer.consumer_id, position, entry, redelivery_count, ack_set)
+        run = self._runs.get(consumer)
+        if run is None:
+            run = self._runs[consumer] = []
+        run.append((position, entry, self._redelivery_counts.get(position, 0), ack_set))
+        self._run_bytes += len(entry)
+        if self._run_bytes >= WRITE_THROUGH_BYTES:
+            self._send_runs()
         consumer.permits -= batch_size if consumer.returns_permits_for_skipped else unacked
         consumer.unacked_messages += unacked
         consumer.messages_out += unacked

@@ -10,7 +10,11 @@ the current *run* and dispatch is scheduled again, finding them in memory this t
 Rules this module keeps:
 
 1. At most one disk read per subscription is in flight, and it asks for no more entries than
-   the consumers have permits for (``read_budget``), like Java's dispatcher.
+   the consumers have permits for (``read_budget``), like Java's dispatcher, and at most
+   ``DISK_READ_BATCHES`` dispatch batches and ``DISK_READ_BYTES`` (or
+   ``dispatcherMaxReadSizeBytes`` if smaller): small entries are read many batches at a time
+   (a read of 100 entries of 100 bytes is mostly the hop to a disk thread), while dispatch
+   still takes one batch of them per turn from the run (issue #24's turn budget).
 2. A read started before a seek/reset (``invalidate``) or a close is *stale*: its result is
    dropped when it arrives, and only then may the next read start (rule 1 again).
 3. The run is the contiguous sequence of entries from the read's start position, so it answers
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -44,6 +49,12 @@ _failure_log = RateLimitedLog(log, limit=5, interval=60.0)
 #: Seconds before a failed disk read is tried again.
 RETRY_DELAY_S = 1.0
 UNLIMITED_BYTES = 1 << 62
+#: A disk read asks for at most this many dispatch batches of entries (bytes bound it too).
+DISK_READ_BATCHES = 10
+#: ... and at most this many bytes: enough for the disk to stream (the segment read asks the
+#: kernel to read ahead past it), small enough that the first entries of a cold read go out
+#: soon and the run held in memory stays small.
+DISK_READ_BYTES = 1 << 20
 
 
 class _Pending(Enum):
@@ -92,26 +103,36 @@ class EntryReads(Protocol):
 
 @dataclass(slots=True)
 class _Run:
-    """The entries of the latest disk read: contiguous from the first entry at ``start``."""
+    """The entries of the latest disk read, in position order: contiguous from the first entry
+    at ``start``. Dispatch takes them a batch at a time from the front, so a batch is found by
+    bisection and sliced, never by a walk over the whole run."""
 
     start: Position
-    entries: dict[Position, bytes]
+    items: Entries
     last: Position | None = field(init=False)
+    _by_position: dict[Position, bytes] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        self.last = next(reversed(self.entries)) if self.entries else None
+        self.last = self.items[-1][0] if self.items else None
 
     def covers(self, position: Position) -> bool:
         """Whether the run is the authority on ``position``: every position in its range that
         will ever be durable already was when it was read (positions become durable in order)."""
         return self.last is not None and self.start <= position <= self.last
 
+    def get(self, position: Position) -> bytes | None:
+        """The entry at ``position`` if the run holds it (replays; the map is built once)."""
+        if self._by_position is None:
+            self._by_position = dict(self.items)
+        return self._by_position.get(position)
+
     def from_position(self, position: Position, max_entries: int) -> Entries:
         """The run's entries at and after ``position``, if the run continues from there."""
-        if position != self.start and position not in self.entries:
+        index = bisect_left(self.items, (position,))
+        found = index < len(self.items) and self.items[index][0] == position
+        if not found and position != self.start:
             return []
-        batch = [(p, entry) for p, entry in self.entries.items() if p >= position]
-        return batch[:max_entries]
+        return self.items[index : index + max_entries]
 
 
 class EntryLoader:
@@ -166,7 +187,7 @@ class EntryLoader:
         if held is not None:
             return held
         if self._run is not None and self._run.covers(position):
-            return self._run.entries.get(position)
+            return self._run.get(position)
         cached = self._source.read_cached(position, 1, UNLIMITED_BYTES)
         if cached is None:
             self._read_from_disk(position)
@@ -196,8 +217,10 @@ class EntryLoader:
     def _read_from_disk(self, position: Position) -> None:
         if self._in_flight is not None or self._closed:
             return  # rule 1: the completion of the one in flight dispatches again
-        budget = max(1, min(self._max_entries, self._read_budget()))
-        pending = self._source.read_from_disk(position, budget, self._max_bytes)
+        budget = max(1, min(self._max_entries * DISK_READ_BATCHES, self._read_budget()))
+        pending = self._source.read_from_disk(
+            position, budget, min(self._max_bytes, DISK_READ_BYTES)
+        )
         self._in_flight = pending
         pending.add_done_callback(functools.partial(self._read_done, self._epoch, position))
 
@@ -224,5 +247,5 @@ class EntryLoader:
             )
             self._scheduler.call_later(RETRY_DELAY_S, self._on_loaded)
             return
-        self._run = _Run(start, dict(pending.result()))
+        self._run = _Run(start, pending.result())
         self._on_loaded()

@@ -161,7 +161,7 @@ class Subscription:
 
     def add_permits(self, consumer: Consumer, permits: int) -> None:
         consumer.permits += permits
-        self.schedule_dispatch()
+        self._dispatcher.dispatch_soon()
 
     def acknowledge(
         self, consumer: Consumer | None, acks: list[tuple[Position, list[int] | None]]

@@ -1,9 +1,11 @@
 """Reading durable entries: batched by segment, from the entry cache first, then from disk.
 
 A read plans, per segment, how many entries fit ``max_entries``/``max_bytes`` using the offset
-index alone, serves cached entries from memory and reads each run of uncached ones with a
-single ``pread`` (every record's crc is checked). A segment trimmed while being read is simply
-skipped: the next lookup resolves to the first entry still stored.
+index alone (by bisection: a run's size is a difference of two offsets), serves cached entries
+from memory and reads each run of uncached ones with a single ``pread`` (every record's crc is
+checked; the kernel is asked to read ahead what comes next, see ``segment.pread_exact``). A
+segment trimmed while being read is simply skipped: the next lookup resolves to the first entry
+still stored.
 
 ``read_cached`` is the memory-only variant for the event loop: it never opens a file and never
 builds an index, and answers None when the next entry is on disk only, so the caller can run
@@ -97,20 +99,28 @@ class EntryReader:
         need_one: bool,
     ) -> tuple[int, int] | None:
         """How far from ``first`` a read of ``segment`` may go within the limits, and its size
-        (None if the file was trimmed away before its index could be built)."""
-        stop, size = first, 0
+        (None if the file was trimmed away before its index could be built).
+
+        The size of a run is a difference of two offsets, so the longest run within the byte
+        budget is found by bisection over the index, not by a step per entry.
+        """
         try:
-            while stop < entries and stop - first < max_entries:
-                entry_size = segment.entry_size(stop, entries, data_end)
-                if size + entry_size > budget and (stop > first or not need_one):
-                    break
-                size += entry_size
-                stop += 1
+            low, high = first, min(entries, first + max_entries)  # ``low`` always fits
+            if high > first and need_one:
+                low = first + 1
+            if segment.run_size(first, high, entries, data_end) <= budget:
+                low = high
+            while low < high:
+                middle = (low + high + 1) // 2
+                if segment.run_size(first, middle, entries, data_end) <= budget:
+                    low = middle
+                else:
+                    high = middle - 1
+            return low, segment.run_size(first, low, entries, data_end)
         except FileNotFoundError:
             if self._table.contains(segment):
                 raise CorruptLedgerError(segment.path, 0, "segment file vanished") from None
             return None
-        return stop, size
 
     def _fetch(
         self, segment: Segment, first: int, stop: int, entries: int, data_end: int

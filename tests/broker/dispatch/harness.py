@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.dispatch.consumer import Consumer
+from broker.dispatch.consumer import Consumer, RunItem
 from broker.dispatch.subscription import DispatchLimits, Subscription
 from broker.storage import Ledger, LedgerConfig, Position
 from broker.storage.cursor_file import decode_cursor_state
@@ -69,17 +69,13 @@ class FakeSink:
     closed: list[int] = field(default_factory=list)
     writable: bool = True
 
-    def send_message(
-        self,
-        consumer_id: int,
-        position: Position,
-        entry: bytes,
-        redelivery_count: int,
-        ack_set: list[int] | None,
-    ) -> None:
-        self.sent.append(
-            Sent(consumer_id, position, redelivery_count, None if ack_set is None else ack_set)
-        )
+    #: the length of each run handed over (one write each)
+    runs: list[int] = field(default_factory=list)
+
+    def send_messages(self, consumer_id: int, run: list[RunItem]) -> None:
+        self.runs.append(len(run))
+        for position, _, redelivery_count, ack_set in run:
+            self.sent.append(Sent(consumer_id, position, redelivery_count, ack_set))
 
     def is_writable(self) -> bool:
         return self.writable

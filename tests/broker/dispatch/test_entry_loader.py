@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from broker.dispatch.consumer import Consumer
-from broker.dispatch.entry_loader import ON_DISK, RETRY_DELAY_S, EntryLoader
+from broker.dispatch.entry_loader import DISK_READ_BATCHES, ON_DISK, RETRY_DELAY_S, EntryLoader
 from broker.dispatch.subscription import DispatchLimits, Subscription
 from broker.storage import Ledger, LedgerConfig, Position
 from protocol.enums import InitialPosition, SubType
@@ -121,20 +121,32 @@ def test_a_tailing_consumer_is_served_from_memory_without_any_disk_read(world: W
 def test_cold_entries_are_read_off_the_loop_one_read_at_a_time_and_sent_in_order(
     world: World,
 ) -> None:
-    consumer = world.consumer(permits=1000)
+    consumer = world.consumer(permits=120)
     assert world.sent() == []  # nothing waited for the disk: the read is pending
-    assert [(r.position, r.max_entries) for r in world.source.reads] == [(world.positions[0], 100)]
-    world.sub.add_permits(consumer, 10)  # more dispatch passes while the read is in flight
+    assert [(r.position, r.max_entries) for r in world.source.reads] == [(world.positions[0], 120)]
+    world.sub.add_permits(consumer, 1000)  # more dispatch passes while the read is in flight
     world.sub.schedule_dispatch()
     world.run()
     assert len(world.source.reads) == 1  # at most one read in flight
     world.source.complete()
     world.run()
-    assert world.sent() == world.positions[:100]
-    assert [r.position for r in world.source.reads] == [world.positions[100]]
+    assert world.sent() == world.positions[:120]
+    assert [r.position for r in world.source.reads] == [world.positions[120]]
     world.source.complete()
     world.run()
     assert world.sent() == world.positions
+    assert world.source.reads == []
+
+
+def test_a_disk_read_spans_several_dispatch_batches_yet_a_pass_sends_one_batch_in_one_run(
+    world: World,
+) -> None:
+    world.consumer(permits=5000)
+    assert [r.max_entries for r in world.source.reads] == [100 * DISK_READ_BATCHES]
+    world.source.complete()
+    world.run()
+    assert world.sent() == world.positions
+    assert world.sink.runs == [100, 50]  # one batch per turn (issue #24), one write each
     assert world.source.reads == []
 
 
