@@ -52,7 +52,9 @@ fmt: install
 proto: install
 	$(PY) -m protocol._generate
 
+## bench: the suite of bench/README.md; installs the `bench` extra (pulsar-lite) first
 bench: install
+	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/run_all.py
 
 clean:

@@ -1,4 +1,5 @@
-"""``make bench``: machine limits, then P1-P8 of issue #17, as ONE JSON document.
+"""``make bench``: machine limits, then P1-P8 of issue #17 and issue #26's pulsar-lite
+comparison and topic-scale figures (``scenarios_scale``), as ONE JSON document.
 
 Writes ``bench/results/latest.json`` (and prints it) and ``bench/results/latency.png`` (P4's
 and P8's publish-latency percentile curves). Each figure is the median of ``--runs`` runs with
@@ -25,7 +26,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench import machine, scenarios  # noqa: E402
+from bench import machine, scenarios, scenarios_scale  # noqa: E402
 from bench.pinned_broker import pin_generator  # noqa: E402
 from client.perf.plot import plot_histograms  # noqa: E402
 
@@ -47,7 +48,12 @@ QUICK = scenarios.Scale(
 )
 
 
-def run_suite(root: Path, scale: scenarios.Scale, only: set[str]) -> dict[str, Any]:
+def run_suite(
+    root: Path,
+    scale: scenarios.Scale,
+    only: set[str],
+    sizes: scenarios_scale.ScaleSizes = scenarios_scale.FULL_SIZES,
+) -> dict[str, Any]:
     document: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine.describe(),
@@ -89,6 +95,13 @@ def run_suite(root: Path, scale: scenarios.Scale, only: set[str]) -> dict[str, A
     if wanted("P8"):
         document["P8"], runs = timed("P8", lambda: scenarios.p8_official(root, scale))
         histograms.update({f"pulsar-client, run {i + 1}": h for i, h in enumerate(runs)})
+    # Issue #26: pulsar-lite side by side, 10,000 active topics, 100,000 idle ones.
+    if wanted("peer"):
+        document["peer"] = timed("peer", lambda: scenarios_scale.peer_comparison(root, sizes))
+    if wanted("topics"):
+        document["topics"] = timed("topics", lambda: scenarios_scale.many_topics(root, sizes))
+    if wanted("idle"):
+        document["idle"] = timed("idle", lambda: scenarios_scale.idle_topics(root, sizes))
     document["timeline"] = timeline
     document["suite_seconds"] = round(time.perf_counter() - started, 1)
     if histograms:
@@ -117,7 +130,9 @@ def run_micro_benchmarks() -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes: check the suite runs")
-    parser.add_argument("--only", default="", help="comma-separated subset, e.g. P1,P4")
+    parser.add_argument(
+        "--only", default="", help="comma-separated subset, e.g. P1,P4 (also peer, topics, idle)"
+    )
     parser.add_argument("--data-root", type=Path, default=None, help="where data dirs go")
     parser.add_argument("--output", type=Path, default=RESULTS / "latest.json")
     parser.add_argument("--micro", action="store_true", help="also run the bench_*.py scripts")
@@ -128,7 +143,8 @@ def main() -> None:
         scale = QUICK if args.quick else scenarios.Scale()
         with machine.LoadMonitor() as load:
             only = {p.strip() for p in args.only.split(",") if p.strip()}
-            document = run_suite(root, scale, only)
+            sizes = scenarios_scale.QUICK_SIZES if args.quick else scenarios_scale.FULL_SIZES
+            document = run_suite(root, scale, only, sizes)
         document["load"] = load.summary()
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -9,7 +9,6 @@ and does not depend on how often anybody reads it.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 
 __all__ = ["RATE_WINDOW_SECONDS", "RateMeter"]
@@ -25,7 +24,14 @@ class RateMeter:
 
     A counter that went down (a subscription and its counters were removed) reads as rate 0
     rather than a negative rate.
+
+    Memory: every loaded topic has one, and most topics are idle, so a run of samples with the
+    same counters is kept as its first and last sample only (the last one's time moves on): an
+    idle topic holds two samples, not a window's worth. Nothing is lost: the counters were
+    constant between the two, so the value at the window's start is known exactly (``rates``).
     """
+
+    __slots__ = ("_clock", "_samples", "_window")
 
     def __init__(
         self,
@@ -36,23 +42,34 @@ class RateMeter:
     ) -> None:
         self._window = window_s
         self._clock = clock
-        self._samples: deque[tuple[float, tuple[int, ...]]] = deque()
-        self._samples.append((clock(), tuple(initial)))
+        # (time, counters), oldest first; a plain list: it holds a handful of samples.
+        self._samples: list[tuple[float, tuple[int, ...]]] = [(clock(), tuple(initial))]
 
     def sample(self, counters: Sequence[int]) -> None:
         """Remember the counters now; forget samples no longer needed to span the window."""
         now = self._clock()
-        if now - self._samples[-1][0] < _MIN_SAMPLE_INTERVAL_S:
+        samples = self._samples
+        last_time, last = samples[-1]
+        if now - last_time < _MIN_SAMPLE_INTERVAL_S:
             return
-        self._samples.append((now, tuple(counters)))
+        values = tuple(counters)
+        if values == last and len(samples) > 1 and samples[-2][1] == last:
+            samples[-1] = (now, last)  # the middle of a constant run: move its end
+        else:
+            samples.append((now, last if values == last else values))
         # Keep exactly one sample at or beyond the window's start, so rates span the window.
-        while len(self._samples) > 1 and now - self._samples[1][0] >= self._window:
-            self._samples.popleft()
+        while len(samples) > 1 and now - samples[1][0] >= self._window:
+            del samples[0]
 
     def rates(self, counters: Sequence[int]) -> tuple[float, ...]:
-        """Per-second growth of each counter from the oldest kept sample to ``counters``."""
-        then, old = self._samples[0]
-        elapsed = self._clock() - then
+        """Per-second growth of each counter from the window's start to ``counters``."""
+        now = self._clock()
+        samples = self._samples
+        then, old = samples[0]
+        if len(samples) > 1 and samples[1][1] == old:
+            # Constant up to the next sample: the counters at the window's start are ``old``.
+            then = max(then, min(samples[1][0], now - self._window))
+        elapsed = now - then
         if elapsed <= 0:
             return tuple(0.0 for _ in counters)
         return tuple(max(0, new - was) / elapsed for new, was in zip(counters, old, strict=True))

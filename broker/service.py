@@ -48,7 +48,7 @@ from broker.storage import (
     Position,
 )
 from broker.storage.files import ensure_directory
-from broker.storage.lock import LedgerLock
+from broker.storage.lock import LedgerLock, LockTable
 from broker.storage.paths import namespace_directory, topic_directory, topic_stored_in
 from broker.topics.damaged import DamagedTopics, TopicDamage
 from broker.topics.non_persistent import get_non_persistent_topic
@@ -107,6 +107,7 @@ class BrokerService:
         self._load_locks = NameLocks()  # per topic name, gone when unused
         self._topic_work: set[asyncio.Future[Any]] = set()  # see _exclusively
         self._ledger_locks: dict[str, LedgerLock] = {}
+        self._lock_table = LockTable()  # one descriptor per namespace, not per topic
         self._producer_counter = 0
         # Unique across restarts: generated producer names are dedup keys (PIP-6).
         self._instance = format(int(time.time() * 1000), "x")
@@ -334,7 +335,7 @@ class BrokerService:
         ensure_directory(self.file_layer or OsFileLayer(), directory)  # durably, as open would
         if self.cluster is not None:
             return
-        lock = LedgerLock.try_acquire(directory)
+        lock = LedgerLock.try_acquire(directory, self._lock_table)
         if lock is None:
             raise ServiceNotReady(f"Topic {key} is being repaired (its ledger is locked); retry")
         self._ledger_locks[key] = lock

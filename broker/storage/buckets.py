@@ -13,6 +13,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 
 __all__ = [
     "GROUP_ENTRIES_BOUNDS",
@@ -56,6 +57,12 @@ class BucketsSnapshot:
         return BucketsSnapshot(self.bounds, counts, self.total + other.total)
 
 
+@cache
+def _shared_bounds(bounds: tuple[float, ...]) -> tuple[float, ...]:
+    """One tuple of floats per distinct bounds: every topic has several Buckets."""
+    return tuple(float(b) for b in bounds)
+
+
 class Buckets:
     """Observation counts per bucket of ``bounds`` (upper bounds, inclusive, increasing)."""
 
@@ -64,7 +71,7 @@ class Buckets:
     def __init__(self, bounds: Sequence[float]) -> None:
         if list(bounds) != sorted(set(bounds)):
             raise ValueError("bounds must be strictly increasing")
-        self._bounds = tuple(float(b) for b in bounds)
+        self._bounds = _shared_bounds(tuple(bounds))
         self._counts = [0] * (len(self._bounds) + 1)
         self._total = 0.0
 

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
 from broker.storage.cursor_file import CursorState, encode_cursor_state
+from broker.storage.cursor_names import cursor_file
 from broker.storage.errors import InvalidPositionError, LedgerClosedError
 from broker.storage.files import FileLayer, atomic_write
 from broker.storage.position import Position
@@ -59,13 +60,26 @@ class LedgerView(Protocol):
 
 
 class CursorStore:
-    """Where and how a durable cursor persists (file path, file layer, bounds)."""
+    """Where and how a durable cursor persists (file path, file layer, bounds).
 
-    def __init__(self, layer: FileLayer, path: Path, max_ranges: int, max_batch: int) -> None:
+    The path is made when it is needed, from the registry's cursors folder (one ``Path`` per
+    ledger, shared) and the cursor's name: a loaded topic holds two or three cursors, and a
+    ``Path`` per cursor costs more than the rest of the store."""
+
+    __slots__ = ("_directory", "layer", "max_batch", "max_ranges", "name")
+
+    def __init__(
+        self, layer: FileLayer, directory: Path, name: str, max_ranges: int, max_batch: int
+    ) -> None:
         self.layer = layer
-        self.path = path
+        self._directory = directory
+        self.name = name
         self.max_ranges = max_ranges
         self.max_batch = max_batch
+
+    @property
+    def path(self) -> Path:
+        return cursor_file(self._directory.parent, self.name)
 
     def save(self, state: CursorState) -> None:
         if len(state.ranges) > self.max_ranges or len(state.batch) > self.max_batch:
@@ -85,6 +99,26 @@ class CursorStore:
 
 class Cursor:
     """A durable (persisted) or non-durable (reader, memory only) cursor. See module docstring."""
+
+    __slots__ = (
+        "_batch",
+        "_closed",
+        "_dirty",
+        "_last_persist_at",
+        "_ledger",
+        "_lock",
+        "_md",
+        "_persist_interval_s",
+        "_persist_lock",
+        "_persisted_md",
+        "_properties",
+        "_ranges",
+        "_read_position",
+        "_store",
+        "name",
+        "on_dirty",
+        "was_clamped",
+    )
 
     def __init__(
         self,
@@ -111,6 +145,8 @@ class Cursor:
         self._closed = False
         self.was_clamped = False
         self._read_position = ledger.next_position(self._md)
+        #: Called on the event loop when the cursor turns dirty (set by the topic).
+        self.on_dirty: Callable[[], None] | None = None
 
     # -- read-only views ------------------------------------------------------------------
 
@@ -191,7 +227,7 @@ class Cursor:
             self._properties = dict(properties or {})
             self._forget_through(position)
             self._advance()
-            self._dirty = True
+            self._mark_dirty()
         self._keep_read_position_ahead()
 
     def delete(self, positions: Iterable[Position]) -> None:
@@ -210,7 +246,7 @@ class Cursor:
             self._advance()
             if self._md != before:
                 self._properties = {}
-            self._dirty = True
+            self._mark_dirty()
         self._keep_read_position_ahead()
 
     def delete_batch_indexes(self, position: Position, ack_set: list[int]) -> None:
@@ -229,7 +265,7 @@ class Cursor:
         if merged != held:
             with self._lock:
                 self._batch[position] = merged
-                self._dirty = True
+                self._mark_dirty()
 
     def _forget_through(self, position: Position) -> None:
         self._ranges.remove_through(position)
@@ -268,7 +304,7 @@ class Cursor:
             self._ranges.clear()
             self._batch.clear()
             self._properties = {}
-            self._dirty = True
+            self._mark_dirty()
         self._read_position = position
 
     def read_entries(self, max_entries: int, max_bytes: int) -> list[tuple[Position, bytes]]:
@@ -329,16 +365,28 @@ class Cursor:
                 raise
             self._persisted_md = state.mark_delete
 
+    def _mark_dirty(self) -> None:
+        """Unsaved changes (event-loop thread); the first one after a save tells ``on_dirty``
+        (the topic: a quiet topic's housekeeping comes back to its own period)."""
+        if not self._dirty:
+            self._dirty = True
+            if self.on_dirty is not None:
+                self.on_dirty()
+
+    def wants_persist(self, now: float) -> bool:
+        """Whether ``maybe_persist(now)`` would write (no I/O: the loop asks before a hop)."""
+        if self._store is None or not self._dirty:
+            return False
+        last = self._last_persist_at
+        return last is None or now - last >= self._persist_interval_s
+
     def maybe_persist(self, now: float) -> bool:
         """Persist if dirty and ``persist_interval_s`` has passed since the last time (``now`` is
         a monotonic clock reading).
 
         Returns whether it persisted.
         """
-        if self._store is None or not self._dirty:
-            return False
-        last = self._last_persist_at
-        if last is not None and now - last < self._persist_interval_s:
+        if not self.wants_persist(now):
             return False
         self.persist()
         self._last_persist_at = now
@@ -378,7 +426,7 @@ class Cursor:
             self._properties = {}
             self._ranges.clear()
             self._batch.clear()
-            self._dirty = True
+            self._mark_dirty()
         self.was_clamped = True
         self._read_position = self._ledger.next_position(last)
 
@@ -392,7 +440,7 @@ class Cursor:
                 kept.append(tail._replace(last_entry=last.entry_id))
             if kept != current:
                 self._ranges = PositionRangeSet.from_sorted(kept)
-                self._dirty = True
+                self._mark_dirty()
             for position in [p for p in self._batch if p > last]:
                 del self._batch[position]
-                self._dirty = True
+                self._mark_dirty()

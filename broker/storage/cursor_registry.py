@@ -58,6 +58,14 @@ def quarantine_cursor_file(ledger_directory: Path, name: str, layer: FileLayer) 
 class CursorRegistry:
     """Creates, loads, lists and deletes a ledger's cursors."""
 
+    __slots__ = (
+        "_config",
+        "_cursors",
+        "_layer",
+        "_ledger",
+        "directory",
+    )
+
     def __init__(
         self, ledger: LedgerView, directory: Path, layer: FileLayer, config: LedgerConfig
     ) -> None:
@@ -158,7 +166,8 @@ class CursorRegistry:
     def _make(self, state: CursorState) -> Cursor:
         store = CursorStore(
             self._layer,
-            self.path_of(state.name),
+            self.directory,
+            state.name,
             self._config.max_unacked_ranges_to_persist,
             self._config.max_batch_deleted_index_to_persist,
         )

@@ -409,6 +409,22 @@ class Ledger:
 
     # ==================================================================== trimming
 
+    def trim_due(self, now: float | None = None) -> bool:
+        """Whether ``trim`` would delete a segment now; in memory, no I/O (the housekeeping
+        asks on the event loop, so an idle topic costs no hop to a disk thread)."""
+        if self._writer.closed:
+            return False
+        now_ms = int((self._clock() if now is None else now) * 1000)
+        slowest = min(self._cursors.persisted_marks(), default=None)
+        doomed = trimmable_prefix(
+            self._table.all(),
+            slowest,
+            self.config.retention_time_minutes,
+            self.config.retention_size_mb,
+            now_ms,
+        )
+        return bool(doomed)
+
     def trim(self, now: float | None = None) -> int:
         """Delete whole sealed segments that every durable cursor has consumed and retention
         no longer protects (``retention.py``); returns how many were deleted.

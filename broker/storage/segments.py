@@ -23,6 +23,11 @@ from broker.storage.segment import Segment
 class SegmentTable:
     """Durable segments in ledger-id order, with the queries cursors and readers need."""
 
+    __slots__ = (
+        "_lock",
+        "_segments",
+    )
+
     def __init__(self, segments: Iterable[Segment] = ()) -> None:
         self._lock = threading.Lock()
         self._segments = sorted(segments, key=lambda s: s.ledger_id)

@@ -49,6 +49,8 @@ from broker.storage.segments import SegmentTable
 
 log = logging.getLogger(__name__)
 
+_MIN_EXTEND_BYTES = 64 * 1024
+
 
 class LedgerWriter:
     """Appends, group-commit flushes, rolls and seals for one ledger directory."""
@@ -210,6 +212,11 @@ class LedgerWriter:
         if needs_file or half_full:
             path = self._directory / f"spare-{uuid4().hex}.seg{TEMP_SUFFIX}"
             size = self._config.segment_preallocation
+            if active is None:
+                # The first segment since open: a small spare, extended ahead as data comes
+                # (``_write_chunk``), so 10,000 topics taking a few entries each do not
+                # zero-fill 10,000 x 8 MiB. A topic that rolls is busy: full-size spares.
+                size = min(size, _MIN_EXTEND_BYTES)
             self._spare = self._preallocator.submit(_make_spare, self._layer, path, size)
 
     # -- flush ------------------------------------------------------------------------------
@@ -245,7 +252,10 @@ class LedgerWriter:
         self._table.commit(segment, offsets, len(records), new_crc)
         self.last_confirmed = entries[-1][0]
         self._cache.put_block(ledger_id, entries[0][0].entry_id, [data for _, data in entries])
-        segment.extend_ahead(self._preallocator, self._config.segment_preallocation)
+        # Headroom as large as the data so far (doubling), from 64 KiB up to the configured
+        # pre-allocation: a busy segment soon has the full chunk ahead, an idle one 64 KiB.
+        ahead = min(self._config.segment_preallocation, max(_MIN_EXTEND_BYTES, segment.data_end))
+        segment.extend_ahead(self._preallocator, ahead)
 
     def _roll_to(self, ledger_id: int) -> None:
         """Seal the active segment and make ``ledger_id`` the active one (flush lock held)."""

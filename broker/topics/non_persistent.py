@@ -172,6 +172,9 @@ class MemoryLog:
 
     # -- lifecycle and stats ------------------------------------------------------------
 
+    def trim_due(self, now: float | None = None) -> bool:
+        return False
+
     def trim(self, now: float | None = None) -> int:
         return 0
 

@@ -1,15 +1,16 @@
 """``TopicStats``: what a topic counts as it publishes and reads (the admin API's ``stats`` and
-``/metrics`` read them; ``broker/admin/stats.py`` turns a topic into Pulsar's JSON)."""
+``/metrics`` read them; ``broker/admin/stats.py`` turns a topic into Pulsar's JSON).
+
+Every loaded topic has one, so it has slots (no per-instance ``__dict__``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from broker.storage.buckets import LATENCY_MS_BOUNDS, Buckets
 
 
-@dataclass
+@dataclass(slots=True)
 class TopicStats:
     # Messages as Pulsar counts them: a batch entry adds its num_messages, a chunk adds 1.
     msg_in: int = 0
@@ -20,4 +21,3 @@ class TopicStats:
     persistence_errors: int = 0
     flushes: int = 0
     unreadable_entries: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)

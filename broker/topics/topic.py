@@ -21,7 +21,6 @@ thread-safety notes of ``broker.storage.Ledger``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -43,6 +42,7 @@ from broker.publish.publisher import Publisher
 from broker.publish.write_barrier import WriteBarrier
 from broker.rates import RateMeter
 from broker.storage import Cursor, Ledger, LedgerConfig, OsFileLayer, Position, StorageError
+from broker.topics.housekeeping import Housekeeping
 from broker.topics.positions import first_read_position, last_confirmed_position
 from broker.topics.stats import TopicStats
 from protocol.enums import InitialPosition
@@ -54,8 +54,17 @@ from protocol.topic_name import TopicName
 log = logging.getLogger(__name__)
 
 _METADATA_CACHE_ENTRIES = 4096
+_NOTHING_UNREADABLE: frozenset[Position] = frozenset()
 #: Ledger property set (to 1) by the admin ``terminate``: no message is accepted after it.
 TERMINATED_PROPERTY = "pulsar.terminated"
+
+
+def housekeeping_period(config: BrokerConfig) -> float:
+    """The cursor-persist interval, capped to [0.05, 1] s, and no longer than the dedup
+    snapshot period, so neither waits a whole extra period for its turn."""
+    tick = max(0.05, min(1.0, config.managed_ledger_cursor_persist_interval_ms / 1000))
+    frequency = config.broker_deduplication_snapshot_frequency_in_seconds
+    return min(tick, float(frequency)) if frequency > 0 else tick
 
 
 def ledger_config_from(config: BrokerConfig) -> LedgerConfig:
@@ -117,9 +126,11 @@ class Topic:
             clock=clock,
         )
         self.publisher.terminated = ledger.properties.get(TERMINATED_PROPERTY, 0) == 1
-        self._metadata_cache: OrderedDict[Position, EntryMetadata] = OrderedDict()
+        # Made on first use: most loaded topics are idle, and an empty OrderedDict is not free.
+        self._metadata_cache: OrderedDict[Position, EntryMetadata] | None = None
         # Entries whose metadata does not parse (item 1 of issue #10): skipped by every reader.
-        self._unreadable: set[Position] = set()
+        # The shared empty frozenset until the first one (rare).
+        self._unreadable: set[Position] | frozenset[Position] = _NOTHING_UNREADABLE
         self._limits = DispatchLimits(
             max_read_entries=config.dispatcher_max_read_batch_size,
             max_read_bytes=config.dispatcher_max_read_size_bytes,
@@ -132,7 +143,8 @@ class Topic:
         #: Backlog bytes that start a compaction by themselves (0: never); set from the
         #: namespace policy or brokerServiceCompactionThresholdInBytes.
         self.compaction_threshold_bytes = config.broker_service_compaction_threshold_in_bytes
-        self._housekeeper = asyncio.create_task(self._housekeeping_loop())
+        self._housekeeping_period = housekeeping_period(config)
+        Housekeeping.for_loop(self._loop).add(self)
         for cursor in ledger.cursors.values():
             if cursor.name not in (DEDUP_CURSOR, COMPACTION_CURSOR, IDEMPOTENCY_CURSOR):
                 self._attach_subscription(cursor.name, cursor, durable=True)
@@ -199,6 +211,7 @@ class Topic:
         self._refuse_if_closed()
         if self.publisher.terminated:
             raise TopicTerminated(f"Topic {self.name.full_name} was terminated")
+        self._poke_housekeeping()  # its chores are due every period again
         ready = await self.producers.add(producer, requested_epoch)
         if not ready:
             self.producers.producer_queued(producer)
@@ -272,7 +285,10 @@ class Topic:
     def entry_metadata(self, position: Position, entry: bytes) -> EntryMetadata | None:
         """The entry's metadata facts, or None for an unreadable entry (logged and counted once
         per position, then remembered: every reader skips it)."""
-        cached = self._metadata_cache.get(position)
+        cache = self._metadata_cache
+        if cache is None:
+            cache = self._metadata_cache = OrderedDict()
+        cached = cache.get(position)
         if cached is not None:
             return cached
         if position in self._unreadable:
@@ -282,12 +298,14 @@ class Topic:
         except RemoteProtocolError as exc:
             self._note_unreadable(position, exc)
             return None
-        self._metadata_cache[position] = meta
-        if len(self._metadata_cache) > _METADATA_CACHE_ENTRIES:
-            self._metadata_cache.popitem(last=False)
+        cache[position] = meta
+        if len(cache) > _METADATA_CACHE_ENTRIES:
+            cache.popitem(last=False)
         return meta
 
     def _note_unreadable(self, position: Position, exc: Exception) -> None:
+        if not isinstance(self._unreadable, set):
+            self._unreadable = set()
         self._unreadable.add(position)
         self.stats.unreadable_entries += 1
         log.warning(
@@ -348,6 +366,10 @@ class Topic:
     # ------------------------------------------------------------------ subscriptions
 
     def _attach_subscription(self, name: str, cursor: Cursor, *, durable: bool) -> Subscription:
+        if durable:
+            # An admin reset or skip on a subscription without consumers dirties the cursor of
+            # a quiet topic: its persistence must not wait for a backed-off turn.
+            cursor.on_dirty = self._poke_housekeeping
         sub = Subscription(
             name,
             cursor,
@@ -377,6 +399,7 @@ class Topic:
         cursor and a delete of the same name cannot interleave with the write.
         """
         self._refuse_if_closed()
+        self._poke_housekeeping()  # a consumer is on its way
         existing = self.subscriptions.get(name)
         if existing is not None:
             return existing
@@ -458,24 +481,45 @@ class Topic:
 
     # ------------------------------------------------------------------ housekeeping
 
-    async def _housekeeping_loop(self) -> None:
-        """Cursor persistence, time-based dedup snapshots, inactive-producer purge, trimming."""
-        tick = max(0.05, min(1.0, self.config.managed_ledger_cursor_persist_interval_ms / 1000))
-        frequency = self.config.broker_deduplication_snapshot_frequency_in_seconds
-        if frequency > 0:
-            tick = min(tick, float(frequency))
-        while not self._closed:
-            await asyncio.sleep(tick)
-            try:
-                self._rates.sample(self.rate_counters())
-                self.publisher.maybe_snapshot_dedup_by_time()
-                self.publisher.maybe_purge_inactive_producers()
-                self.compaction.maybe_trigger(self.compaction_threshold_bytes)
-                async with self._cursor_io:
-                    await run_to_completion(self._persist_cursors, time.monotonic())
-                await run_to_completion(self.ledger.trim)
-            except Exception:
-                log.exception("%s: housekeeping failed", self.name.full_name)
+    @property
+    def housekeeping_period(self) -> float:
+        """Seconds between two runs of this topic's chores (``housekeeping.py``)."""
+        return self._housekeeping_period
+
+    def housekeep(self, now: float) -> bool | None:
+        """The in-memory chores (on the loop, from the broker-wide ``Housekeeping``): rates,
+        time-based dedup snapshot, inactive-producer purge, compaction trigger. Returns True
+        if there is disk work (a cursor due for persistence, a segment to trim), None if the
+        topic is quiet (no producer, no consumer, no disk work: its chores may wait)."""
+        self._rates.sample(self.rate_counters())
+        self.publisher.maybe_snapshot_dedup_by_time()
+        self.publisher.maybe_purge_inactive_producers()
+        self.compaction.maybe_trigger(self.compaction_threshold_bytes)
+        if self._closed:
+            return False
+        cursors = self.ledger.cursors.values()
+        if any(c.wants_persist(now) for c in cursors) or self.ledger.trim_due():
+            return True
+        return None if self._quiet() else False
+
+    def _poke_housekeeping(self) -> None:
+        Housekeeping.for_loop(self._loop).poke(self)
+
+    def _quiet(self) -> bool:
+        """Nothing attached that could publish, dispatch or acknowledge."""
+        producers = self.producers
+        if producers.producers or producers.access.stats().waiters:
+            return False
+        return not any(sub.consumers for sub in self.subscriptions.values())
+
+    async def housekeep_disk(self) -> None:
+        """Cursor persistence and trimming, in disk threads."""
+        async with self._cursor_io:
+            if self._closed:
+                return  # close persists the cursors itself, and trimming waits for a reload
+            await run_to_completion(self._persist_cursors, time.monotonic())
+        if not self._closed:
+            await run_to_completion(self.ledger.trim)
 
     def _persist_cursors(self, now: float) -> None:
         for cursor in list(self.ledger.cursors.values()):
@@ -491,10 +535,8 @@ class Topic:
         if self._closed:
             return
         self._closed = True
+        Housekeeping.for_loop(self._loop).remove(self)
         await self.publisher.close()  # what was accepted is written and answered first
-        self._housekeeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._housekeeper
         await self.compaction.close()
         # Grants still persisting an epoch finish now; none starts after (it would write into
         # the folder a reloaded instance may already be recovering).
@@ -521,10 +563,9 @@ class Topic:
         persisted; a flush already running in its thread completes, as it would on disk, but
         nobody is answered. Reopen the directory to recover."""
         self._closed = True
+        Housekeeping.for_loop(self._loop).remove(self)
         self.compaction.abandon()
-        self._housekeeper.cancel()
         await self.publisher.abandon()
-        await asyncio.gather(self._housekeeper, return_exceptions=True)
         self._writes.release_all()
         # Subscriptions are left as they are: closing them would persist their cursors.
         await run_blocking(self.ledger._abandon)

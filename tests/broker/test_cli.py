@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from broker.cli import main
 from broker.config import BrokerConfig
 from broker.logging_setup import RateLimitedLog, configure_logging
+from broker.storage.lock import LOCKS_FILE_NAME
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -219,11 +220,11 @@ def _stored(directory: Path) -> list[bytes]:
 
 
 def _files(directory: Path) -> dict[str, bytes]:
-    """Every file's content, but the (empty, advisory) ledger lock file."""
+    """Every file's content, but the (empty, advisory) namespace ledger-locks file."""
     return {
         str(p): p.read_bytes()
         for p in sorted(directory.rglob("*"))
-        if p.is_file() and p.name != "ledger.lock"
+        if p.is_file() and p.name != LOCKS_FILE_NAME
     }
 
 

@@ -51,3 +51,27 @@ def test_samples_closer_than_half_a_second_are_skipped() -> None:
     meter.sample((1000,))  # skipped: the window still starts at the initial sample
     clock.now += 1.9
     assert meter.rates((1000,)) == (500.0,)
+
+
+def test_an_idle_meter_keeps_two_samples_however_long_it_idles() -> None:
+    clock = Clock()
+    meter = RateMeter((7, 7), window_s=10, clock=clock)
+    for _ in range(100):  # 100 s of samples with unchanged counters
+        clock.now += 1
+        meter.sample((7, 7))
+    assert len(meter._samples) == 2
+    assert meter.rates((7, 7)) == (0.0, 0.0)
+
+
+def test_growth_after_a_long_idle_spreads_over_the_window_only() -> None:
+    clock = Clock()
+    meter = RateMeter((0,), window_s=10, clock=clock)
+    for _ in range(100):
+        clock.now += 1
+        meter.sample((0,))
+    clock.now += 0.9  # 500 messages arrive before the next sample
+    assert meter.rates((500,))[0] == pytest.approx(50.0)  # 500 over the 10 s window
+    for second in range(1, 21):  # then 10 per second
+        clock.now += 1
+        meter.sample((500 + 10 * second,))
+    assert meter.rates((700,))[0] == pytest.approx(10.0, rel=0.1)

@@ -140,3 +140,22 @@ def test_trim_survives_reopen_and_cursor_positions_stay_valid(tmp_path: Path) ->
     assert restored.backlog() == 2
     assert [pos for pos, _ in restored.read_entries(10, 1 << 20)] == p[6:]
     reopened.close()
+
+
+def test_trim_due_answers_what_trim_would_do_without_touching_a_file(tmp_path: Path) -> None:
+    """The housekeeping asks ``trim_due`` on the event loop and hops to a disk thread only
+    when it is true: it must agree with ``trim``."""
+    ledger = _open(tmp_path / "t")
+    p = _fill(ledger, 10)
+    cursor = ledger.open_cursor("sub", InitialPosition.Earliest)
+    assert not ledger.trim_due(now=T0)
+    cursor.mark_delete(p[4])
+    assert not ledger.trim_due(now=T0)  # trimming trusts only persisted state
+    assert cursor.wants_persist(now=0.0)
+    cursor.persist()
+    assert not cursor.wants_persist(now=0.0)
+    assert ledger.trim_due(now=T0)
+    assert ledger.trim(now=T0) == 1
+    assert not ledger.trim_due(now=T0)
+    ledger.close()
+    assert not ledger.trim_due(now=T0)  # closed: nothing to do

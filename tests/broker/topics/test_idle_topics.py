@@ -1,0 +1,119 @@
+"""Idle loaded topics are cheap (issue #26 item 5): no descriptor, no task, bounded memory.
+
+A topic is loaded by a producer that attaches and closes, as ``bench/scenarios_scale.py``'s
+``idle`` figure does with 100,000 of them. Measured in-process (``BrokerThread``): descriptors
+from /proc/self/fd, Python memory with tracemalloc (what the topics allocate, not the RSS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.topics.housekeeping import Housekeeping
+from protocol import commands, pb
+from protocol.enums import SubType
+from tests.helpers import BrokerThread, broker_config, wait_until
+from tests.raw_client import RawConnection
+
+T = pb.BaseCommand.Type
+#: Python memory per idle topic (tracemalloc); the RSS goal is 10 KiB, see bench/README.md.
+MAX_BYTES_PER_IDLE_TOPIC = 20 * 1024
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerThread]:
+    running = BrokerThread(broker_config(tmp_path / "data")).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def load_idle_topics(port: int, prefix: str, count: int) -> None:
+    """PRODUCER then CLOSE_PRODUCER on ``count`` topics, pipelined on one connection."""
+    with RawConnection(port, timeout=60) as conn:
+        conn.send(commands.connect("idle-test"))
+        conn.read_until(lambda frames: any(f.type == T.CONNECTED for f in frames))
+        topics = [f"persistent://public/default/{prefix}-{i}" for i in range(count)]
+        conn.send(b"".join(commands.producer(t, i, i) for i, t in enumerate(topics)))
+        conn.read_until(lambda fs: sum(f.type == T.PRODUCER_SUCCESS for f in fs) == count, 120)
+        conn.send(b"".join(commands.close_producer(i, count + i) for i in range(count)))
+        conn.read_until(lambda fs: sum(f.type == T.SUCCESS for f in fs) == count, 120)
+        assert not [f for f in conn.frames if f.type == T.ERROR]
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_idle_topics_hold_no_descriptor(broker: BrokerThread) -> None:
+    load_idle_topics(broker.port, "warm", 5)  # the namespace's lock file, the disk pool
+    before = open_descriptors()
+    load_idle_topics(broker.port, "idle", 300)
+    assert broker.broker is not None
+    assert len(broker.broker.service.topics) == 305
+    assert open_descriptors() - before <= 3  # not one per topic (the ledger lock was)
+
+
+def test_one_housekeeping_task_for_all_topics(broker: BrokerThread) -> None:
+    load_idle_topics(broker.port, "idle", 100)
+
+    async def task_names() -> list[str]:
+        return [task.get_name() for task in asyncio.all_tasks()]
+
+    names = broker.call(task_names)
+    assert names.count("housekeeping") == 1
+
+
+def test_memory_per_idle_topic_is_bounded(broker: BrokerThread) -> None:
+    load_idle_topics(broker.port, "warm", 20)  # first-use allocations: caches, pools, imports
+    count = 1000
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        load_idle_topics(broker.port, "idle", count)
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    per_topic = grown / count
+    assert per_topic <= MAX_BYTES_PER_IDLE_TOPIC, f"{per_topic:.0f} bytes per idle topic"
+
+
+def test_a_cursor_change_on_a_quiet_topic_brings_its_housekeeping_back(tmp_path: Path) -> None:
+    """A quiet topic is visited every 16 s at most; an admin reset of a subscription without
+    consumers must still be persisted within the cursor-persist interval."""
+    config = broker_config(tmp_path / "data", managed_ledger_cursor_persist_interval_ms=50)
+    running = BrokerThread(config).start()
+    try:
+        name = "persistent://public/default/quiet"
+        with RawConnection(running.port) as conn:
+            conn.send(commands.connect("quiet-test"))
+            conn.read_until(lambda frames: any(f.type == T.CONNECTED for f in frames))
+            conn.send(commands.subscribe(name, "sub", 1, 1, SubType.Exclusive))
+            conn.read_until(lambda frames: any(f.type == T.SUCCESS for f in frames))
+        assert running.broker is not None
+        assert running.loop is not None
+        topic = running.broker.service.topics[name]
+        keeper = Housekeeping.for_loop(running.loop)
+        wait_until(lambda: not topic.subscriptions["sub"].consumers)
+        wait_until(lambda: (keeper.period_of(topic) or 0) >= 4 * topic.housekeeping_period)
+        cursor = topic.subscriptions["sub"].cursor
+
+        async def touch() -> float | None:
+            cursor.mark_delete(cursor.mark_delete_position, {"touched": 1})
+            return keeper.period_of(topic)
+
+        assert running.call(touch) == topic.housekeeping_period
+        wait_until(lambda: not cursor.dirty, timeout=2)
+    finally:
+        running.stop()
