@@ -56,6 +56,7 @@ def _extensions() -> list[Extension]:
             "protocol/_keys.pxi",
             "protocol/_key_table.pxi",
             "protocol/_columns.pxi",
+            "protocol/_rowhash.pxi",
         ],
     )
     return cythonize([speedups], compiler_directives={"language_level": "3"}, quiet=True)

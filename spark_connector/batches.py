@@ -14,6 +14,8 @@ once; a batch closed by bytes is flushed), so a failing task leaves only whole b
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Sequence
 
 __all__ = ["BatchCutter", "cut_points", "row_bytes"]
@@ -55,8 +57,44 @@ class BatchCutter:
     def split(self, sizes: Sequence[int]) -> list[int]:
         """Rows of ``sizes`` bytes join the batch in progress in order: the positions (0 ..
         ``len(sizes)``) where a batch ends, as ``closes_before``/``add`` would cut them one row
-        at a time. The rows after the last position stay in the batch in progress (this
-        cutter's state); a position 0 ends the batch held before these rows."""
+        at a time (``split_each``, the reference). The rows after the last position stay in
+        the batch in progress (this cutter's state); a position 0 ends the batch held before
+        these rows.
+
+        One step per *batch*, not per row: with the running byte totals (prefix sums, summed
+        in C by ``itertools.accumulate``) the row where a batch reaches ``max_bytes`` is found
+        by bisection, and the count limit is arithmetic. Row sizes are positive (each counts
+        ``RECORD_OVERHEAD``), so the totals increase strictly and the bisection is exact.
+        """
+        n = len(sizes)
+        totals = [0, *itertools.accumulate(sizes)]  # totals[i]: bytes of rows before i
+        max_messages, max_bytes = self.max_messages, self.max_bytes
+        ends: list[int] = []
+        count, held = self.count, self.bytes  # the batch in progress before ``begin``
+        begin = 0
+        while begin < n:
+            by_count = begin + max_messages - count  # the end when the count limit closes it
+            # The first row ``j`` whose inclusion makes the batch reach ``max_bytes``:
+            # held + totals[j + 1] - totals[begin] >= max_bytes.
+            j = bisect.bisect_left(totals, max_bytes - held + totals[begin], begin + 1) - 1
+            if j >= n or by_count <= j:
+                end = by_count  # the count limit comes first (or the bytes never come)
+            elif held + totals[j + 1] - totals[begin] > max_bytes and (j > begin or count):
+                end = j  # row ``j`` would pass the limit: the batch closes before it
+            else:
+                end = j + 1  # reached exactly, or a row alone at or above the limit
+            if end > n:  # the chunk ends inside this batch: it stays in progress
+                count += n - begin
+                held += totals[n] - totals[begin]
+                break
+            ends.append(end)
+            count = held = 0
+            begin = end
+        self.count, self.bytes = count, held
+        return ends
+
+    def split_each(self, sizes: Sequence[int]) -> list[int]:
+        """``split`` one row at a time: the reference its property test compares it with."""
         ends: list[int] = []
         count, total = self.count, self.bytes
         max_messages, max_bytes = self.max_messages, self.max_bytes

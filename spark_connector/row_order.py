@@ -9,6 +9,12 @@ comes from a ``dedup-topic`` source, which also keeps the source's order; or the
 time, properties). Two rows with equal keys send the same message, so their relative order
 changes nothing: the numbering is a pure function of the multiset of rows.
 
+Comparing long byte strings is the sort's cost (values often share long prefixes), so right
+after the ordering columns comes a 64-bit hash of the value (``protocol.row_hash``:
+``rowhash64``, compiled), and the bytes only break its rare ties. The hash is a fixed function
+and part of the numbering: it must never change, or a task retried by a newer build would number
+its rows unlike the failed attempt of the older one (the replay guard would fail the task).
+
 The sort runs on Arrow columns (``pyarrow.compute.sort_indices``, nulls first), not on Python
 objects. Columns Arrow cannot sort (maps, lists, structs) are first turned into bytes that
 stand for their value (``_canonical``); timestamps and dates sort as their integers.
@@ -33,10 +39,13 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from protocol.row_hash import hash_order, row_hashes
+
 __all__ = ["ArrowSorter", "sort_columns"]
 
 _KEY_PREFIX = "__sort_"
 _MERGE_CHUNK_ROWS = 4096
+_OUTPUT_CHUNK_ROWS = 8192
 _CONTENT_ROLES = ("value", "key", "topic", "partition", "eventTime", "properties")
 
 
@@ -75,12 +84,49 @@ def _sortable(array: pa.Array) -> pa.Array:
     return array
 
 
+def _hashable(kind: pa.DataType) -> bool:
+    return any(
+        check(kind)
+        for check in (
+            pa.types.is_binary,
+            pa.types.is_large_binary,
+            pa.types.is_string,
+            pa.types.is_large_string,
+        )
+    )
+
+
+def value_hashes(array: pa.Array) -> pa.Array | None:
+    """``rowhash64`` of each value of a binary or string column (null stays null), as a
+    ``uint64`` column; None for a column of another type (it gets no hash key)."""
+    kind = array.type
+    if not _hashable(kind):
+        return None
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        array = array.cast(pa.binary() if pa.types.is_string(kind) else pa.large_binary())
+    count = len(array)
+    _validity, offsets, data = array.buffers()
+    if count == 0 or data is None:
+        data = b""
+    wide = pa.types.is_large_binary(array.type)
+    raw = row_hashes(offsets, data, array.offset, count, wide)
+    hashes = pa.Array.from_buffers(pa.uint64(), count, [None, pa.py_buffer(raw)])
+    if array.null_count:
+        hashes = pc.if_else(array.is_valid(), hashes, pa.scalar(None, pa.uint64()))
+    return hashes
+
+
 def sort_columns(
     batch: pa.RecordBatch, plan: dict[str, int], order: Sequence[int]
 ) -> list[pa.Array]:
-    """The columns ordering ``batch``'s rows: ordering columns first, then the content."""
-    indexes = list(order) + [plan[role] for role in _CONTENT_ROLES if role in plan]
-    return [_sortable(batch.column(index)) for index in indexes]
+    """The columns ordering ``batch``'s rows: ordering columns first, then the hash of the
+    value, then the content (whose bytes break the hash's ties)."""
+    keys = [_sortable(batch.column(index)) for index in order]
+    hashed = value_hashes(batch.column(plan["value"])) if "value" in plan else None
+    if hashed is not None:
+        keys.append(hashed)
+    content = [plan[role] for role in _CONTENT_ROLES if role in plan]
+    return keys + [_sortable(batch.column(index)) for index in content]
 
 
 def _with_keys(batch: pa.RecordBatch, keys: list[pa.Array]) -> pa.RecordBatch:
@@ -89,10 +135,19 @@ def _with_keys(batch: pa.RecordBatch, keys: list[pa.Array]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
-def _sort_table(table: pa.Table, key_count: int) -> pa.Table:
+def _sort_indices(table: pa.Table, key_count: int, hash_first: bool) -> pa.Array:
+    """The row order of ``table`` by its sort keys. When the first key is the value's hash
+    and no row has a null one, the rows are ordered by it alone (``hash_order``: a radix
+    sort) unless two share a hash: with distinct first keys the later ones never decide, so
+    both ways give the one order the keys define."""
+    if hash_first:
+        hashes = table.column(f"{_KEY_PREFIX}0").chunk(0)  # one chunk: combined
+        if hashes.null_count == 0:
+            order, ties = hash_order(hashes.buffers()[1], hashes.offset, len(hashes))
+            if not ties:
+                return pa.Array.from_buffers(pa.int64(), len(hashes), [None, pa.py_buffer(order)])
     names = [f"{_KEY_PREFIX}{i}" for i in range(key_count)]
-    indices = pc.sort_indices(table, sort_keys=[(name, "ascending", "at_start") for name in names])
-    return table.take(indices)
+    return pc.sort_indices(table, sort_keys=[(name, "ascending", "at_start") for name in names])
 
 
 def _python_keys(table: pa.RecordBatch | pa.Table, key_count: int) -> list[tuple[Any, ...]]:
@@ -134,12 +189,16 @@ class ArrowSorter:
         self._buffer: list[pa.RecordBatch] = []
         self._bytes = 0
         self._keys = 0
+        # Whether the first key is the value's hash (no ordering columns, a binary value).
+        self._hashed = False
         self._columns: list[str] | None = None
 
     def add(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
         keys = sort_columns(batch, self.plan, self.order)
+        value = self.plan.get("value")
+        self._hashed = value is not None and _hashable(batch.schema.field(value).type)
         self._keys = len(keys)
         if self._columns is None:
             self._columns = list(batch.schema.names)
@@ -149,14 +208,18 @@ class ArrowSorter:
         if self._bytes >= self.memory_bytes:
             self._spill()
 
-    def _sorted_buffer(self) -> pa.Table:
-        table = pa.Table.from_batches(self._buffer)
+    def _sorted_buffer(self, keep_keys: bool) -> pa.Table:
+        """The buffered rows, sorted; with their sort keys only when ``keep_keys`` (a run)."""
+        # One chunk: ``take`` across chunks resolves each index's chunk, several times slower.
+        table = pa.Table.from_batches(self._buffer).combine_chunks()
         self._buffer = []
         self._bytes = 0
-        return _sort_table(table, self._keys)
+        hash_first = not self.order and self._hashed and table.num_rows > 0
+        indices = _sort_indices(table, self._keys, hash_first)
+        return (table if keep_keys else self._strip(table)).take(indices)
 
     def _spill(self) -> None:
-        table = self._sorted_buffer()
+        table = self._sorted_buffer(keep_keys=True)
         # Deleted by the OS when closed (or when the worker dies): no files left behind.
         run = tempfile.TemporaryFile(  # noqa: SIM115 - kept open until the merge, closed by close()
             prefix="dedup-topic-sort-", dir=self.directory
@@ -171,8 +234,10 @@ class ArrowSorter:
         if not self.runs:
             if not self._buffer:
                 return iter(())
-            table = self._sorted_buffer()
-            return iter(self._strip(table).to_batches())
+            table = self._sorted_buffer(keep_keys=False)
+            # Slices (no copy) the sink converts and sends one by one, so the first rows are
+            # on their way while later ones are converted.
+            return iter(table.to_batches(max_chunksize=_OUTPUT_CHUNK_ROWS))
         if self._buffer:
             self._spill()
         return self._merge()

@@ -31,7 +31,9 @@ once. A duplicate receipt (id ``-1:-1``) counts as success.
   rows, fewer when ``batchingMaxBytes`` would be passed; never on a timer) and hands a batch to
   the client only when complete. Boundaries are a pure function of the task's row sequence, so a
   replay forms the same batches and each batch entry is stored whole or dropped whole as a
-  duplicate (the broker's dedup compares a batch's first and last sequence ids).
+  duplicate (the broker's dedup compares a batch's first and last sequence ids). Several
+  complete batches may be in flight at once (``_IN_FLIGHT_BATCHES``): that changes only how
+  many whole batches a failed attempt leaves stored.
 
 **Batch writes** (``df.write``) have no query or batch id: batch id 0 and the ``writeId`` option
 (random per write when unset) stand in; re-running a write with the same ``writeId`` writes
@@ -54,10 +56,11 @@ Requirements (documented in the README): a recomputed Spark partition must hold 
 ``exactlyOnce=false``: plain at-least-once producers (broker-chosen names, automatic ids), rows in
 input order; they stay open across tasks in the worker (``producer_cache``).
 
-Speed: rows arrive as Arrow record batches, are sorted on their Arrow columns (``row_order``) and
-turned into one Python list per column (``rows.Columns``); the loop indexes those lists, and
-builds a ``SinkRow`` only for a row the replay guard compares. ``compressionType`` sets the
-producers' codec.
+Speed: rows arrive as Arrow record batches, are sorted on their Arrow columns (``row_order``:
+a compiled hash of the value first) and turned into one Python list per column
+(``rows.Columns``); batches are cut by bisection on running byte totals (``batches``) and
+sent whole (``sink_send``). A ``SinkRow`` is built only for a row the replay guard compares.
+``compressionType`` sets the producers' codec.
 """
 
 from __future__ import annotations
@@ -110,6 +113,13 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _NO_TIMER_MS = 24 * 3600 * 1000
+# Whole batches a producer may have in flight (at least; ``maxPendingMessages`` may allow
+# more). Two kept the exactly-once sink waiting on receipts (the broker syncs each entry to
+# disk before answering) at half the speed of eight. More in flight is as exact: every batch
+# is one entry with fixed cuts and ids, the client resends unanswered entries in order on
+# one connection, and the broker drops an entry whose ids it stored (PIP-6); a task that
+# fails leaves only whole batches stored, which a replay drops whole.
+_IN_FLIGHT_BATCHES = 8
 _ROW_BITS = ROW_BITS
 RowHook = Callable[[int, Callable[[], None]], None]
 # ``compressionType`` -> the codec of the producer's entries (a whole batch is compressed).
@@ -176,8 +186,10 @@ class _TaskWriter:
         exactly_once = options.exactly_once
         return {
             "send_timeout_millis": options.send_timeout_ms,
-            # Room for a whole batch: a full queue must never stall a filling batch.
-            "max_pending_messages": max(options.max_pending_messages, 2 * batch_messages),
+            # Room for several whole batches in flight (see ``_IN_FLIGHT_BATCHES``).
+            "max_pending_messages": max(
+                options.max_pending_messages, _IN_FLIGHT_BATCHES * batch_messages
+            ),
             "block_if_queue_full": True,
             "batching_enabled": options.batching_enabled,
             "batching_max_messages": batch_messages,

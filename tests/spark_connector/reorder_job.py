@@ -5,10 +5,11 @@ the write fails after 6 rows are stored (the ``write-b0-p0`` fault marker), and 
 retries it in the same run. The test-only reorder step (an RDD ``mapPartitions`` right before
 the sink, in the same task) stands for a shuffle fetching its blocks in another order on the
 retry, which local mode never does by itself: a retried attempt (``attemptNumber() > 0``)
-gets its rows reversed (``permute``), or reversed with the smallest value dropped (``drop``:
-the set changed, as with a nondeterministic upstream). Results go to ``<work>/results.json``:
-``"ok"`` or the error text, per scenario. It uses only options the sink has had from the
-start, so it also runs against an older sink.
+gets its rows reversed (``permute``), or reversed without the row the sink numbers first
+(``drop``: the set changed, as with a nondeterministic upstream; the first row in the sink's
+order, the smallest ``rowhash64`` of the value, so that every stored index moves). Results go
+to ``<work>/results.json``: ``"ok"`` or the error text, per scenario. It uses only options the
+sink has had from the start.
 
 Usage: ``python -m tests.spark_connector.reorder_job <service url> <work dir>``.
 """
@@ -37,7 +38,10 @@ def reorder_on_retry(rows: Iterator[Any], drop: bool) -> Iterator[Any]:
         return
     rows_list = list(rows)
     if drop and rows_list:
-        rows_list.remove(min(rows_list, key=lambda r: r["value"]))
+        from protocol.row_hash import row_hash64
+
+        first = min(rows_list, key=lambda r: (row_hash64(r["value"].encode()), r["value"]))
+        rows_list.remove(first)
     yield from reversed(rows_list)
 
 

@@ -59,3 +59,35 @@ def test_split_in_chunks_cuts_where_cut_points_does(
         ends += [first + end for end in cutter.split(sizes[first:stop])]
     assert [end for end in ends if end < len(sizes)] == cut_points(sizes, max_messages, max_bytes)
     assert (cutter.count == 0) == (bool(ends) and ends[-1] == len(sizes))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(1, 400), max_size=40), max_size=6),
+    st.integers(1, 10),
+    st.integers(1, 1200),
+)
+def test_split_cuts_where_the_row_at_a_time_reference_does(
+    chunks: list[list[int]], max_messages: int, max_bytes: int
+) -> None:
+    """The bisecting ``split`` gives the ends and the carried batch of ``split_each`` (the
+    row-at-a-time cutter it replaced), chunk after chunk: the cuts are part of a row's
+    exactly-once identity, so a build with the new cutter must cut a replay where an attempt
+    of the old one did."""
+    fast = BatchCutter(max_messages, max_bytes)
+    reference = BatchCutter(max_messages, max_bytes)
+    for sizes in chunks:
+        assert fast.split(sizes) == reference.split_each(sizes)
+        assert (fast.count, fast.bytes) == (reference.count, reference.bytes)
+
+
+def test_uniform_rows_cut_by_count_and_by_bytes() -> None:
+    """The bench's shape: equal rows, cut by the count limit, or by bytes before it."""
+    assert BatchCutter(1000, 1 << 20).split([132] * 2500) == [1000, 2000]
+    cutter = BatchCutter(1000, 128 * 1024)  # the defaults: 993 rows would pass 131 072 bytes
+    assert cutter.split([132] * 2500) == [992, 1984]
+    assert (cutter.count, cutter.bytes) == (516, 516 * 132)
+    assert cutter.split([132] * 477) == [476]  # closed by the row that would pass
+    by_bytes = BatchCutter(1000, 10_000)
+    assert by_bytes.split([132] * 200) == [75, 150]  # 76 rows would pass 10 000 bytes
+    assert BatchCutter(10, 100).split([40, 200, 40]) == [1, 2]  # a big row goes alone
