@@ -35,7 +35,7 @@ def test_defaults_match_the_specification() -> None:
     assert config.max_message_size == 5_242_880
     assert config.connection_write_buffer_high_water_mark_bytes == 4_194_304
     assert config.connection_write_buffer_low_water_mark_bytes == 1_048_576
-    assert config.journal_max_group_wait_msec == 1.0
+    assert config.journal_max_group_wait_msec == 0.0
     assert config.managed_ledger_cursor_persist_interval_ms == 1000
     # Magnetar departs from Pulsar (false) on purpose: dedup is on unless switched off.
     assert config.broker_deduplication_enabled is True
