@@ -11,6 +11,7 @@ from pathlib import Path
 
 from client.message_id import MessageId
 from client.sync import Client
+from protocol.row_hash import row_hash64
 from tests.helpers import REPO, BrokerProcess
 
 SESSION_CONF = {
@@ -82,6 +83,12 @@ def consume_all(url: str, topic: str) -> list[Sent]:
 
 def values(messages: list[Sent]) -> list[bytes]:
     return [m.value for m in messages]
+
+
+def sink_order(rows: list[bytes]) -> list[bytes]:
+    """The order an exactly-once task sends rows that have only a value to sort by: by the
+    fixed ``rowhash64`` of the value, ties by the bytes (README, "Exactly-once, how")."""
+    return sorted(rows, key=lambda value: (row_hash64(value), value))
 
 
 def free_port() -> int:

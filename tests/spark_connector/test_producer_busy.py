@@ -9,7 +9,7 @@ import pytest
 
 from client.sync import Client
 from tests.helpers import BrokerThread
-from tests.spark_connector.helpers import consume_all, values
+from tests.spark_connector.helpers import consume_all, sink_order, values
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -39,7 +39,9 @@ def test_producer_busy_is_retried_for_a_bounded_time(spark: Any, broker: BrokerT
             write(spark, broker.url, 60_000)
         finally:
             releaser.join()
-    assert values(consume_all(broker.url, "busy-out")) == [f"v{i}".encode() for i in range(10)]
+    assert values(consume_all(broker.url, "busy-out")) == sink_order(
+        [f"v{i}".encode() for i in range(10)]
+    )
     # Same writeId again: every row is a duplicate, nothing new is stored.
     write(spark, broker.url, 60_000)
     assert len(consume_all(broker.url, "busy-out")) == 10
