@@ -391,25 +391,8 @@ class EntryDecoder:
                 self._discard(WireMessageId(ledger, entry_id), exc.validation_error, count)
                 return
         if not is_batch:
-            if message_id is None and not self.start.active:  # the common case: lazy id
-                message = Message.of_whole_entry(
-                    ReceivedEntry(
-                        self._topic,
-                        metadata,
-                        ledger,
-                        entry_id,
-                        0,
-                        self._partition,
-                        command.redelivery_count,
-                        self._schema,
-                        self._cluster,
-                    ),
-                    payload,
-                )
-                if command.redelivery_count > self.exhausted_after:
-                    self._exhausted((ledger, entry_id), [message], 1)
-                    return
-                self._receiver.append(message)
+            if message_id is None and not self.start.active:  # e.g. compressed: lazy id
+                self._on_plain(command.redelivery_count, ledger, entry_id, metadata, payload)
                 return
             if message_id is None:
                 message_id = MessageId.of_entry(ledger, entry_id, -1, 0, self._partition)
