@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from functools import cache
 
 __all__ = ["RATE_WINDOW_SECONDS", "RateMeter"]
 
@@ -17,6 +18,18 @@ __all__ = ["RATE_WINDOW_SECONDS", "RateMeter"]
 RATE_WINDOW_SECONDS = 10.0
 # Samples closer together than this are skipped: the window needs only a handful.
 _MIN_SAMPLE_INTERVAL_S = 0.5
+
+
+@cache
+def _zeros(length: int) -> tuple[int, ...]:
+    return (0,) * length
+
+
+def _counters(values: Sequence[int]) -> tuple[int, ...]:
+    """``values`` as a tuple; all-zero counters (every topic's at load, and an idle topic's
+    for ever) share one tuple per length (issue #26: 100,000 idle topics)."""
+    found = tuple(values)
+    return _zeros(len(found)) if not any(found) else found
 
 
 class RateMeter:
@@ -43,7 +56,7 @@ class RateMeter:
         self._window = window_s
         self._clock = clock
         # (time, counters), oldest first; a plain list: it holds a handful of samples.
-        self._samples: list[tuple[float, tuple[int, ...]]] = [(clock(), tuple(initial))]
+        self._samples: list[tuple[float, tuple[int, ...]]] = [(clock(), _counters(initial))]
 
     def sample(self, counters: Sequence[int]) -> None:
         """Remember the counters now; forget samples no longer needed to span the window."""
@@ -52,7 +65,7 @@ class RateMeter:
         last_time, last = samples[-1]
         if now - last_time < _MIN_SAMPLE_INTERVAL_S:
             return
-        values = tuple(counters)
+        values = _counters(counters)
         if values == last and len(samples) > 1 and samples[-2][1] == last:
             samples[-1] = (now, last)  # the middle of a constant run: move its end
         else:

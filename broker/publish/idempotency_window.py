@@ -65,7 +65,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from broker.publish.idempotency_table import DURABLE, IN_FLIGHT, KeyTable, stamp_ms
+from broker.publish.idempotency_table import DURABLE, IN_FLIGHT, KeyTable, PyKeyTable, stamp_ms
 from broker.storage import Position
 from protocol.enums import DEFAULT_MAX_MESSAGE_SIZE, IDEMPOTENCY_KEY_PROPERTY
 from protocol.idempotency_scan import key_digest
@@ -146,6 +146,8 @@ class Admission(NamedTuple):
 
 _NEW_KEYLESS = Admission(Verdict.NEW)
 _IN_FLIGHT = Admission(Verdict.IN_FLIGHT)
+#: The table of every window that never held a key; read, never written (`_writable_table`).
+_NO_KEYS = KeyTable()
 
 
 class Ticket:
@@ -202,7 +204,9 @@ class IdempotencyWindow:
         self._config = config if config is not None else WindowConfig()
         self._clock = clock
         # Digests in acceptance order, each in flight or durable (module docstring, "Storage").
-        self._table = KeyTable()
+        # The shared empty table until the first key (`_writable_table`): a table costs ~1 KiB
+        # empty, and most loaded topics never see a key (issue #26).
+        self._table = _NO_KEYS
         self._last_stamp = 0.0
         #: position -> bitmask of hidden batch indexes (kept until the entry is trimmed).
         self._hidden: dict[Position, int] = {}
@@ -310,6 +314,13 @@ class IdempotencyWindow:
             return _NEW_KEYLESS
         return Admission(Verdict.NEW, None, tuple(new_keys), tuple(new_indexes), hidden)
 
+    def _writable_table(self) -> PyKeyTable:
+        """The window's own table, made on first use (it replaces the shared empty one, which
+        is only ever read: finding nothing, expiring and evicting nothing)."""
+        if self._table is _NO_KEYS:
+            self._table = KeyTable()
+        return self._table
+
     def _position(self, found: int) -> Position:
         ledger_id, entry_id, _index = self._table.location(found)
         return Position(ledger_id, entry_id)
@@ -322,7 +333,7 @@ class IdempotencyWindow:
             return None
         # The stamp of the check just before (the clock is not read again: same instant).
         stamp = self._last_stamp
-        add = self._table.add
+        add = self._writable_table().add
         new_keys = admission.new_keys
         if len(new_keys) == 1:
             return Ticket(add(new_keys[0], stamp), admission.new_indexes, admission.hidden)
@@ -421,9 +432,9 @@ class IdempotencyWindow:
     ) -> IdempotencyWindow:
         """A window rebuilt from a snapshot (records oldest first); then `replay` the log."""
         window = cls(config, clock)
-        table = window._table
         last_stamp_ms = 0
         for key, packed in records:
+            table = window._writable_table()
             position, index, stamp = unpack_location(packed)
             digest = digest_of(key)
             if table.find(digest) >= 0:
@@ -453,7 +464,7 @@ class IdempotencyWindow:
         # must get its hidden indexes back (`finish_replay` then forgets the keys).
         hidden = 0
         seen_here: set[bytes] = set()
-        table = self._table
+        table = self._writable_table() if any(key is not None for key in keys) else self._table
         ledger_id, entry_id = position
         for index, key in enumerate(keys):
             if key is None:

@@ -54,11 +54,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Generic, Literal, TypeAlias, TypeVar
+from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 from protocol.enums import ProducerAccessMode
 
 H = TypeVar("H", bound=Hashable)
+#: The fenced handles of every topic that has none (`ProducerAccess._fenced`).
+_NO_HANDLES: frozenset[Any] = frozenset()
 
 # Names of ``protocol.errors.ServerError`` members: the caller maps them with ``ServerError[code]``.
 RejectCode: TypeAlias = Literal["ProducerBusy", "ProducerFenced"]
@@ -197,7 +199,9 @@ class ProducerAccess(Generic[H]):
         # A dict keeps insertion (FIFO) order and removes a disconnected waiter in O(1).
         self._waiters: dict[H, _Waiter] = {}
         self._by_name: dict[str, H] = {}
-        self._fenced: set[H] = set()
+        # Fenced handles not removed yet: a set from the first fencing on (an empty set costs
+        # 216 B, and most topics never fence anybody; issue #26).
+        self._fenced: set[H] | frozenset[H] = _NO_HANDLES
         self._fenced_total = 0
 
     # ---------------------------------------------------------------- queries
@@ -305,10 +309,12 @@ class ProducerAccess(Generic[H]):
         A fenced handle is forgotten here: the caller is done with it, and keeping it would keep
         every fenced producer (and through it its connection) reachable for the topic's life.
         """
-        self._fenced.discard(handle)
+        if handle in self._fenced:
+            self._forget_fenced(handle)
         waiter = self._waiters.pop(handle, None)
         if waiter is not None:
             del self._by_name[waiter.name]
+            self._shrink_if_empty()
             return None
         producer = self._producers.pop(handle, None)
         if producer is None:
@@ -316,7 +322,29 @@ class ProducerAccess(Generic[H]):
         del self._by_name[producer.name]
         if handle == self._holder:
             self._holder = None
-        return self._promote_if_free()
+        promotion = self._promote_if_free()
+        self._shrink_if_empty()
+        return promotion
+
+    def _forget_fenced(self, handle: H) -> None:
+        fenced = self._fenced
+        if isinstance(fenced, set):
+            fenced.discard(handle)
+            if not fenced:
+                self._fenced = _NO_HANDLES
+
+    def _mark_fenced(self, handle: H) -> None:
+        if not isinstance(self._fenced, set):
+            self._fenced = set()
+        self._fenced.add(handle)
+        self._fenced_total += 1
+
+    def _shrink_if_empty(self) -> None:
+        """Nobody left: fresh empty dicts. A dict keeps its grown table when emptied (232 B
+        after one producer came and went, against 64 B), and a topic is idle most of its life
+        (issue #26)."""
+        if not (self._producers or self._waiters or self._by_name):
+            self._producers, self._waiters, self._by_name = {}, {}, {}
 
     def increment_epoch(self) -> EpochBump[H]:
         """Admin bump of the topic epoch (Java ``incrementTopicEpoch``; test X4).
@@ -440,8 +468,7 @@ class ProducerAccess(Generic[H]):
         del self._by_name[producer.name]
         if handle == self._holder:
             self._holder = None
-        self._fenced.add(handle)
-        self._fenced_total += 1
+        self._mark_fenced(handle)
 
     def _fail_stale_waiters(self) -> tuple[H, ...]:
         """Fail the waiters whose requested epoch the topic epoch has just moved past."""
@@ -457,8 +484,7 @@ class ProducerAccess(Generic[H]):
     def _fail_waiter(self, handle: H) -> None:
         waiter = self._waiters.pop(handle)
         del self._by_name[waiter.name]
-        self._fenced.add(handle)
-        self._fenced_total += 1
+        self._mark_fenced(handle)
 
     # ---------------------------------------------------------------- helpers
 

@@ -80,6 +80,26 @@ log = logging.getLogger(__name__)
 _PURGE_CHECK_INTERVAL_S = 60.0
 #: Durable publications settled per turn of the loop (~1 ms of work; issue #24).
 SETTLE_PER_TURN = 512
+#: Shared by every publisher until one of its writes fails: most topics never see one.
+_NO_FAILED_PRODUCERS: frozenset[Producer] = frozenset()
+
+
+class _GroupCommit:
+    """The group-commit task and the two events it waits on.
+
+    Made by the first SEND, not with the publisher: a loaded topic that nobody publishes to
+    (100,000 idle topics, issue #26) would otherwise hold a task, its coroutine frame and two
+    events (each with a deque) for nothing, ~3 KiB a topic.
+    """
+
+    __slots__ = ("dirty", "group_full", "task")
+
+    def __init__(self) -> None:
+        #: Set when something is staged (or close() wants the loop to end).
+        self.dirty = asyncio.Event()
+        #: Set when staged bytes reach journalMaxGroupSizeBytes: the group commit starts early.
+        self.group_full = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
 
 
 class Publisher:
@@ -95,13 +115,11 @@ class Publisher:
         producers: ProducerRegistry,
         writes: WriteBarrier,
         dedup: MessageDeduplication[Position] | None,
-        cursor_io: asyncio.Lock,
         wake_readers: Callable[[], None],
         clock: Callable[[], float],
     ) -> None:
         """``wake_readers`` is called after each durable group (subscriptions may dispatch);
-        ``cursor_io`` is the topic's lock around cursor-file I/O; ``clock`` is the monotonic
-        clock of dedup's timers (tests substitute a fake one)."""
+        ``clock`` is the monotonic clock of dedup's timers (tests substitute a fake one)."""
         self._name = name
         self._ledger = ledger
         self._config = config
@@ -110,7 +128,8 @@ class Publisher:
         # Accepted writes (staged or in a flush group) until durable or failed: a PIP-68 grant
         # waits on it so no earlier holder's entry becomes durable after the grant.
         self._writes = writes
-        self._cursor_io = cursor_io
+        # The topic's lock around cursor-file I/O (`cursor_io`), made on first use.
+        self._cursor_io: asyncio.Lock | None = None
         self._wake_readers = wake_readers
         self._clock = clock
         self.dedup = dedup
@@ -122,16 +141,15 @@ class Publisher:
         self._loop = asyncio.get_running_loop()
         self._staged: list[Publication] = []
         self._staged_bytes = 0
-        # Set when staged bytes reach journalMaxGroupSizeBytes: the group commit starts early.
-        self._group_full = asyncio.Event()
-        self._dirty = asyncio.Event()
+        # The group commit, started by the first accepted SEND (see `_GroupCommit`).
+        self._commit: _GroupCommit | None = None
         # Producers that lost a message to a failed write; their SENDs are refused until they
-        # reconnect as new producer objects (see the module docstring, step 3).
-        self._failed_producers: set[Producer] = set()
+        # reconnect as new producer objects (see the module docstring, step 3). A set from the
+        # first failure on.
+        self._failed_producers: set[Producer] | frozenset[Producer] = _NO_FAILED_PRODUCERS
         self.last_snapshot_wall_time: float | None = None
         self._last_snapshot_check = clock()
         self._last_purge_check = clock()
-        self._flusher = asyncio.create_task(self._flush_loop(), name=f"flush {name.full_name}")
 
     # ------------------------------------------------------------------ admission
 
@@ -200,13 +218,21 @@ class Publisher:
         stats = self._stats
         stats.msg_in += num_messages
         stats.bytes_in += len(entry)
+        commit = self._commit or self._start_group_commit()
         self._staged.append(publication)
         self._staged_bytes += len(entry)
         if self._staged_bytes >= self._config.journal_max_group_size_bytes:
-            self._group_full.set()
+            commit.group_full.set()
         self._writes.accepted()
-        self._dirty.set()
+        commit.dirty.set()
         return publication
+
+    def _start_group_commit(self) -> _GroupCommit:
+        commit = self._commit = _GroupCommit()
+        commit.task = self._loop.create_task(
+            self._flush_loop(commit), name=f"flush {self._name.full_name}"
+        )
+        return commit
 
     def _check_idempotency_keys(self, entry: bytes) -> Admission | None:
         """The window's `Admission` of an entry with idempotency keys (None without keys).
@@ -233,23 +259,25 @@ class Publisher:
 
     def producer_reconnected(self, producer: Producer) -> None:
         """``producer`` left: a new producer object of the same name may publish again."""
-        self._failed_producers.discard(producer)
+        failed = self._failed_producers
+        if isinstance(failed, set):
+            failed.discard(producer)
 
     # ------------------------------------------------------------------ group commit
 
-    async def _flush_loop(self) -> None:
+    async def _flush_loop(self, commit: _GroupCommit) -> None:
         """Group commit: append what is staged, flush it in a thread, complete or fail it."""
         while True:
-            await self._dirty.wait()
-            self._dirty.clear()
-            await self._wait_for_group()
+            await commit.dirty.wait()
+            commit.dirty.clear()
+            await self._wait_for_group(commit.group_full)
             if not self._staged:
                 if self._closed:
                     return
                 continue
             group, self._staged = self._staged, []
             self._staged_bytes = 0
-            self._group_full.clear()
+            commit.group_full.clear()
             try:
                 # One queue: the staged publications are the group; the ledger gets their
                 # entries in one call (one lock acquisition), then one write and one fdatasync.
@@ -268,17 +296,17 @@ class Publisher:
             if self._staged or self._closed:
                 # More to write, or close() asked to stop: its wake-up may have been cleared
                 # at the top of this turn, and waiting again would hang the unload.
-                self._dirty.set()
+                commit.dirty.set()
 
-    async def _wait_for_group(self) -> None:
+    async def _wait_for_group(self, group_full: asyncio.Event) -> None:
         """Let more appends join this group commit: until journalMaxGroupWaitMSec has passed
         or journalMaxGroupSizeBytes are staged, whichever comes first (BookKeeper's rules)."""
         wait = self._config.journal_max_group_wait_seconds
-        if wait <= 0 or self._closed or self._group_full.is_set():
+        if wait <= 0 or self._closed or group_full.is_set():
             return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(wait):
-                await self._group_full.wait()
+                await group_full.wait()
 
     async def _complete_in_turns(self, group: list[Publication]) -> None:
         """Complete a durable group ``SETTLE_PER_TURN`` publications per turn of the loop.
@@ -355,14 +383,19 @@ class Publisher:
         failed = group[written:] + self._staged
         self._staged = []
         self._staged_bytes = 0
-        self._group_full.clear()
+        if self._commit is not None:
+            self._commit.group_full.clear()
         settled = written + len(failed)
         error = PersistenceError(f"Failed to persist entry: {exc}")
+        known = self._failed_producers
+        lost: set[Producer] = known if isinstance(known, set) else set()
         for write in failed:
-            self._failed_producers.add(write.producer)
+            lost.add(write.producer)
             if self.idempotency is not None:
                 self.idempotency.on_write_failed(write.ticket)
             write.fail(error)
+        if lost:
+            self._failed_producers = lost
         if self.dedup is not None:
             self.dedup.on_write_failed()
         self._writes.settled(settled)
@@ -371,18 +404,32 @@ class Publisher:
     async def close(self) -> None:
         """Stop accepting; write what is staged (unload): returns once the last group settled."""
         self._closed = True
-        self._dirty.set()
-        self._group_full.set()  # no point waiting for more: nothing new will be accepted
+        commit = self._commit
+        if commit is None or commit.task is None:
+            return  # nothing was ever accepted: nothing to write
+        commit.dirty.set()
+        commit.group_full.set()  # no point waiting for more: nothing new will be accepted
         with contextlib.suppress(Exception):
-            await self._flusher
+            await commit.task
 
     async def abandon(self) -> None:
         """Stop as if the process died: what is staged is never written nor answered."""
         self._closed = True
-        self._flusher.cancel()
-        await asyncio.gather(self._flusher, return_exceptions=True)
+        commit = self._commit
+        if commit is None or commit.task is None:
+            return
+        commit.task.cancel()
+        await asyncio.gather(commit.task, return_exceptions=True)
 
     # ------------------------------------------------------------------ PIP-6 state
+
+    @property
+    def cursor_io(self) -> asyncio.Lock:
+        """The topic's lock around cursor-file I/O (``Topic.cursor_io``); an idle topic never
+        makes one (issue #26)."""
+        if self._cursor_io is None:
+            self._cursor_io = asyncio.Lock()
+        return self._cursor_io
 
     def take_dedup_snapshot(self) -> None:
         """Mark-delete the dedup cursor at the last persisted entry, with the persisted marks as
@@ -447,7 +494,7 @@ class Publisher:
             )
             for producer in self._producers.producers:
                 dedup.producer_connected(producer.name)
-            async with self._cursor_io:
+            async with self.cursor_io:
                 if DEDUP_CURSOR in ledger.cursors:  # left over; never reuse its snapshot
                     ledger.detach_cursor(DEDUP_CURSOR)
                     await run_to_completion(ledger.remove_cursor_file, DEDUP_CURSOR)
@@ -462,7 +509,7 @@ class Publisher:
             self.dedup.clear()
             self.dedup = None
             self.last_snapshot_wall_time = None
-            async with self._cursor_io:
+            async with self.cursor_io:
                 if DEDUP_CURSOR in ledger.cursors:
                     ledger.detach_cursor(DEDUP_CURSOR)
                     await run_to_completion(ledger.remove_cursor_file, DEDUP_CURSOR)

@@ -72,15 +72,21 @@ class Buckets:
         if list(bounds) != sorted(set(bounds)):
             raise ValueError("bounds must be strictly increasing")
         self._bounds = _shared_bounds(tuple(bounds))
-        self._counts = [0] * (len(self._bounds) + 1)
+        # Made by the first observation: an idle topic's histograms stay empty (issue #26).
+        self._counts: list[int] | None = None
         self._total = 0.0
 
     def observe(self, value: float) -> None:
-        self._counts[bisect_left(self._bounds, value)] += 1
+        counts = self._counts
+        if counts is None:
+            counts = self._counts = [0] * (len(self._bounds) + 1)
+        counts[bisect_left(self._bounds, value)] += 1
         self._total += value
 
     def snapshot(self) -> BucketsSnapshot:
-        return BucketsSnapshot(self._bounds, tuple(self._counts), self._total)
+        counts = self._counts
+        observed = (0,) * (len(self._bounds) + 1) if counts is None else tuple(counts)
+        return BucketsSnapshot(self._bounds, observed, self._total)
 
     @classmethod
     def empty_snapshot(cls, bounds: Sequence[float]) -> BucketsSnapshot:

@@ -104,6 +104,11 @@ class OsFileLayer(FileLayer):
     """The production layer: real ``os`` calls, nothing added."""
 
 
+#: The production layer, shared: it holds no state, and a broker opens one ledger per topic
+#: (100,000 idle topics need not hold 100,000 copies; issue #26).
+OS_FILES = OsFileLayer()
+
+
 def write_all(layer: FileLayer, fd: int, data: bytes | memoryview, offset: int) -> None:
     """``pwrite`` until every byte is written (a regular file may accept a short write)."""
     view = memoryview(data)

@@ -39,8 +39,8 @@ from broker.storage.cursor import Cursor
 from broker.storage.cursor_registry import CURSOR_DIR, CursorRegistry
 from broker.storage.errors import LedgerClosedError
 from broker.storage.files import (
+    OS_FILES,
     FileLayer,
-    OsFileLayer,
     ensure_directory,
     list_files,
     parse_segment_file_name,
@@ -117,7 +117,7 @@ class Ledger:
                 file and offset; ``CorruptCursorError`` (a subclass) for a damaged cursor file.
             OSError: the directory cannot be read, or recovery cannot write.
         """
-        layer = file_layer or OsFileLayer()
+        layer = file_layer or OS_FILES
         ledger = cls(directory, config, layer, preallocator or shared_preallocator(), clock)
         ledger._recover()
         return ledger

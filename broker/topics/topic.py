@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 
 from broker.blocking import run_blocking, run_to_completion, submit_blocking
@@ -41,7 +40,8 @@ from broker.publish.publication import Settled
 from broker.publish.publisher import Publisher
 from broker.publish.write_barrier import WriteBarrier
 from broker.rates import RateMeter
-from broker.storage import Cursor, Ledger, LedgerConfig, OsFileLayer, Position, StorageError
+from broker.storage import Cursor, Ledger, LedgerConfig, Position, StorageError
+from broker.storage.files import OS_FILES
 from broker.topics.housekeeping import Housekeeping
 from broker.topics.positions import first_read_position, last_confirmed_position
 from broker.topics.stats import TopicStats
@@ -53,7 +53,6 @@ from protocol.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 
-_METADATA_CACHE_ENTRIES = 4096
 _NOTHING_UNREADABLE: frozenset[Position] = frozenset()
 #: Ledger property set (to 1) by the admin ``terminate``: no message is accepted after it.
 TERMINATED_PROPERTY = "pulsar.terminated"
@@ -108,9 +107,6 @@ class Topic:
         self._clock = clock
         self._loop = asyncio.get_running_loop()
         self._rates = RateMeter(self.rate_counters())
-        # Serialises cursor-file I/O of the housekeeping thread with deleting the dedup cursor,
-        # so a periodic persist cannot write back a cursor that disabling dedup just deleted.
-        self._cursor_io = asyncio.Lock()
         self._closed = False
         #: The publish path (module docstring); it owns the PIP-6 and idempotency state.
         self.publisher = Publisher(
@@ -121,13 +117,10 @@ class Topic:
             producers=self.producers,
             writes=self._writes,
             dedup=dedup,
-            cursor_io=self._cursor_io,
             wake_readers=self._wake_readers,
             clock=clock,
         )
         self.publisher.terminated = ledger.properties.get(TERMINATED_PROPERTY, 0) == 1
-        # Made on first use: most loaded topics are idle, and an empty OrderedDict is not free.
-        self._metadata_cache: OrderedDict[Position, EntryMetadata] | None = None
         # Entries whose metadata does not parse (item 1 of issue #10): skipped by every reader.
         # The shared empty frozenset until the first one (rare).
         self._unreadable: set[Position] | frozenset[Position] = _NOTHING_UNREADABLE
@@ -139,7 +132,7 @@ class Topic:
             delayed_tick_seconds=config.delayed_delivery_tick_time_millis / 1000,
         )
         #: Compaction (issue #14): the compacted view, runs, their status.
-        self.compaction = TopicCompaction(self, OsFileLayer())
+        self.compaction = TopicCompaction(self, OS_FILES)
         #: Backlog bytes that start a compaction by themselves (0: never); set from the
         #: namespace policy or brokerServiceCompactionThresholdInBytes.
         self.compaction_threshold_bytes = config.broker_service_compaction_threshold_in_bytes
@@ -285,23 +278,15 @@ class Topic:
     def entry_metadata(self, position: Position, entry: bytes) -> EntryMetadata | None:
         """The entry's metadata facts, or None for an unreadable entry (logged and counted once
         per position, then remembered: every reader skips it)."""
-        cache = self._metadata_cache
-        if cache is None:
-            cache = self._metadata_cache = OrderedDict()
-        cached = cache.get(position)
-        if cached is not None:
-            return cached
-        if position in self._unreadable:
+        # Parsed each time, not cached: the compiled parse (a varint walk) costs less than a
+        # cache's insert and eviction, and most entries are read once per subscription.
+        if self._unreadable and position in self._unreadable:
             return None
         try:
-            meta = parse_entry_metadata(entry)
+            return parse_entry_metadata(entry)
         except RemoteProtocolError as exc:
             self._note_unreadable(position, exc)
             return None
-        cache[position] = meta
-        if len(cache) > _METADATA_CACHE_ENTRIES:
-            cache.popitem(last=False)
-        return meta
 
     def _note_unreadable(self, position: Position, exc: Exception) -> None:
         if not isinstance(self._unreadable, set):
@@ -416,7 +401,7 @@ class Topic:
             begin = start if start is not None else first_read_position(self.ledger)
             cursor = self.ledger.new_non_durable_cursor(begin)
             return self._attach_subscription(name, cursor, durable=False)
-        async with self._cursor_io:
+        async with self.cursor_io:
             existing = self.subscriptions.get(name)
             if existing is not None:
                 return existing
@@ -436,8 +421,12 @@ class Topic:
 
     @property
     def cursor_io(self) -> asyncio.Lock:
-        """Held around cursor-file I/O (compaction persists the ``__compaction`` cursor)."""
-        return self._cursor_io
+        """Held around cursor-file I/O (compaction persists the ``__compaction`` cursor).
+
+        It serialises the housekeeping's cursor persistence with deleting the dedup cursor, so
+        a periodic persist cannot write back a cursor that disabling dedup just deleted. The
+        publisher holds it (made on first use: most loaded topics never touch a cursor file)."""
+        return self.publisher.cursor_io
 
     def compacted_source(self) -> CompactedEntrySource:
         """Entries for readCompacted subscriptions (`broker.compaction.reads`)."""
@@ -476,7 +465,7 @@ class Topic:
             self.ledger.detach_cursor(name)  # first: closing must not persist a doomed cursor
         sub.close()
         if sub.durable:
-            async with self._cursor_io:
+            async with self.cursor_io:
                 await run_to_completion(self.ledger.remove_cursor_file, name)
 
     # ------------------------------------------------------------------ housekeeping
@@ -514,7 +503,7 @@ class Topic:
 
     async def housekeep_disk(self) -> None:
         """Cursor persistence and trimming, in disk threads."""
-        async with self._cursor_io:
+        async with self.cursor_io:
             if self._closed:
                 return  # close persists the cursors itself, and trimming waits for a reload
             await run_to_completion(self._persist_cursors, time.monotonic())
@@ -547,7 +536,7 @@ class Topic:
             producer.sink.close_producer(producer)
         # Persisted here, in a disk thread: closing a subscription persists its cursor before
         # telling the consumers to go, and then finds it clean (unless acked meanwhile).
-        async with self._cursor_io:
+        async with self.cursor_io:
             try:
                 await run_blocking(self._persist_dirty_cursors)
             except (OSError, StorageError) as exc:
@@ -555,7 +544,7 @@ class Topic:
         for sub in self.subscriptions.values():
             sub.close()
         self.publisher.snapshot_on_close()  # ledger.close persists the snapshots' cursors
-        async with self._cursor_io:
+        async with self.cursor_io:
             await run_blocking(self.ledger.close)
 
     async def abandon(self) -> None:

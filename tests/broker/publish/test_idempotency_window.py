@@ -484,3 +484,18 @@ def test_replay_with_the_window_off_still_restores_hidden_indexes() -> None:
     assert recovered.hidden_indexes(P(1, 1)) == live.hidden_indexes(P(1, 1)) == 0b10
     assert recovered.original_of("a") is None
     assert recovered.check(["a"]).verdict is Verdict.NEW
+
+
+def test_windows_that_never_held_a_key_share_nothing_written() -> None:
+    """Fresh windows start on one shared empty table (issue #26: idle topics); the first key
+    gives a window a table of its own, so no other window ever sees it."""
+    first, second, restored = window(), window(), IdempotencyWindow.restore([], {})
+    store(first, ["k"], P(1, 0))
+    assert first.original_of("k") == (P(1, 0), 0)
+    assert second.original_of("k") is None
+    assert restored.original_of("k") is None
+    assert second.check(["k"]).verdict is Verdict.NEW
+    assert len(second) == len(restored) == 0
+    store(second, ["k"], P(2, 0))  # its own table now: the first window's copy is untouched
+    assert first.original_of("k") == (P(1, 0), 0)
+    assert second.original_of("k") == (P(2, 0), 0)

@@ -36,3 +36,15 @@ def test_bounds_must_increase() -> None:
         Buckets([5, 1])
     with pytest.raises(ValueError, match="increasing"):
         Buckets([1, 1])
+
+
+def test_an_unobserved_histogram_reads_zero_in_every_bucket() -> None:
+    """The counts are made by the first observation (issue #26); before it a snapshot has a
+    zero for each bucket, and merges with an observed one."""
+    empty, used = Buckets([1.0, 5.0]), Buckets([1.0, 5.0])
+    assert empty.snapshot().counts == (0, 0, 0)
+    used.observe(3.0)
+    assert empty.snapshot().merged(used.snapshot()).counts == (0, 1, 0)
+    empty.observe(9.0)
+    assert empty.snapshot().counts == (0, 0, 1)
+    assert empty.snapshot().total == 9.0
