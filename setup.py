@@ -57,6 +57,8 @@ def _extensions() -> list[Extension]:
             "protocol/_key_table.pxi",
             "protocol/_columns.pxi",
             "protocol/_rowhash.pxi",
+            "protocol/_entry_metadata.pxi",
+            "protocol/_acked_positions.pxi",
         ],
     )
     return cythonize([speedups], compiler_directives={"language_level": "3"}, quiet=True)

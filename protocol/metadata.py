@@ -23,9 +23,13 @@ _U32 = struct.Struct(">I")
 _U32_FROM = _U32.unpack_from
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EntryMetadata:
     """Facts read from the ``MessageMetadata`` at the start of an entry.
+
+    Read-only by convention, not ``frozen``: a frozen dataclass sets each of its 14 fields through
+    ``object.__setattr__``, which made construction 1.3 µs against 0.2 µs, paid once per entry
+    the broker dispatches.
 
     Attributes:
         producer_name: the producer that published the entry.
@@ -194,7 +198,7 @@ def py_decode_entry_plain(entry: bytes | memoryview) -> tuple[pb.MessageMetadata
     return metadata, payload, plain
 
 
-def parse_entry_metadata(entry: bytes | memoryview) -> EntryMetadata:
+def py_parse_entry_metadata(entry: bytes | memoryview) -> EntryMetadata:
     """Read the metadata facts of a stored entry.
 
     Raises:
@@ -270,3 +274,12 @@ elif _speedups is not None:
     )
 else:
     decode_entry, decode_entry_plain = py_decode_entry, py_decode_entry_plain
+
+if TYPE_CHECKING:
+    parse_entry_metadata = py_parse_entry_metadata
+elif _speedups is not None:
+    parse_entry_metadata = _speedups.bind_parse_entry_metadata(
+        py_parse_entry_metadata, EntryMetadata
+    )
+else:
+    parse_entry_metadata = py_parse_entry_metadata

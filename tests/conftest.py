@@ -31,8 +31,10 @@ def _bind_compiled_fallbacks() -> None:
     _speedups.bind_metadata(metadata.PySendEntryChecker, metadata.ChunkInfo)
     _speedups.bind_decode_entry(metadata.py_decode_entry, metadata.py_decode_entry_plain)
     _speedups.bind_ack_entries(consumers.py_ack_entries)
+    _speedups.bind_acked_positions(consumers.py_acked_positions)
     _speedups.bind_dispatch(dispatch_frames.py_encode_messages)
     _speedups.bind_columns(batch_columns.BatchColumns, batch_columns.py_batch_columns)
+    _speedups.bind_parse_entry_metadata(metadata.py_parse_entry_metadata, metadata.EntryMetadata)
 
 
 _bind_compiled_fallbacks()

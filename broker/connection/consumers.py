@@ -11,7 +11,7 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from broker.dispatch.consumer import Consumer, RunItem
 from broker.dispatch.key_shared import KeySharedPolicy
@@ -29,6 +29,7 @@ from broker.schemas.registry import SchemaRegistry
 from broker.storage import Position
 from broker.topics.positions import find_position_by_publish_time, reader_start, seek_target
 from protocol import commands, pb
+from protocol.commands.consumers import acked_positions
 from protocol.dispatch_frames import encode_messages
 from protocol.enums import AckType, InitialPosition, KeySharedMode, SubType
 from protocol.errors import ServerError
@@ -43,6 +44,8 @@ T = pb.BaseCommand.Type
 #: Message ids of one ACK or REDELIVER handled per turn of the loop (~3 ms, issue #24): a
 #: client's ack group is ~1000 ids, but one frame may carry 600,000 (~2 s of work).
 IDS_PER_TURN = 1000
+
+Item = TypeVar("Item")
 #: Entries in flight given back for redelivery per turn when a consumer closes, its connection
 #: is lost or it asks for all of them again (~0.7 ms a thousand), and consumers detached per
 #: turn when a connection holding many is lost (issue #24).
@@ -278,11 +281,21 @@ class ConsumerEndpoint:
             answer(None)
             return
 
-        def acknowledge(part: list[pb.MessageIdData]) -> None:
-            acks = [(_position(m), list(m.ack_set) or None) for m in part]
-            state.subscription.acknowledge(state.consumer, acks)
+        def acknowledge(part: list[tuple[Position, list[int] | None]]) -> None:
+            state.subscription.acknowledge(state.consumer, part)
 
-        self._in_turns(cmd.consumer_id, state, cmd.message_id, acknowledge, answer)
+        if len(cmd.message_id) <= IDS_PER_TURN:
+            # A client's ack group: one turn, its ids read at once (compiled: from the bytes).
+            self._in_turns(
+                cmd.consumer_id, state, acked_positions(cmd, Position), acknowledge, answer
+            )
+            return
+
+        def acknowledge_ids(part: list[pb.MessageIdData]) -> None:
+            # A huge ACK: its ids are read part by part too, so no turn holds the loop long.
+            acknowledge([(_position(m), list(m.ack_set) or None) for m in part])
+
+        self._in_turns(cmd.consumer_id, state, cmd.message_id, acknowledge_ids, answer)
 
     def on_redeliver_unacknowledged_messages(self, frame: Frame) -> None:
         cmd = frame.command.redeliverUnacknowledgedMessages
@@ -318,8 +331,8 @@ class ConsumerEndpoint:
         self,
         consumer_id: int,
         state: _ConsumerState,
-        ids: Sequence[pb.MessageIdData],
-        apply: Callable[[list[pb.MessageIdData]], None],
+        ids: Sequence[Item],
+        apply: Callable[[list[Item]], None],
         done: Callable[[BrokerError | None], None],
     ) -> None:
         """``apply`` the ids ``IDS_PER_TURN`` at a time, one part per turn of the loop (the

@@ -89,6 +89,7 @@ class Acknowledgements:
         batch's current bitset each time); ANDing makes that harmless.
         """
         last = source.last_confirmed_position()
+        whole: list[Position] = []
         for position, ack_set in acks:
             if position > last:
                 # Names no durable entry: a confused client. Java ignores it too.
@@ -101,10 +102,17 @@ class Acknowledgements:
                     # until the client acks the entry whole (B5 baseline).
                     continue
                 self._cursor.delete_batch_indexes(position, ack_set)
+                self._settle(position)
             else:
                 # No ack_set, or an all-clear one: the whole entry is acknowledged.
-                self._cursor.delete([position])
-            self._settle(position)
+                whole.append(position)
+        if whole:
+            # In one call: the cursor moves its mark-delete once per ACK, not once per id. The
+            # order against the partial acks above does not matter: a deleted entry drops its
+            # held ack set, and a partial ack of a deleted entry is ignored.
+            self._cursor.delete(whole)
+            for position in whole:
+                self._settle(position)
 
     def cumulative(
         self, source: EntrySource, position: Position, ack_set: list[int] | None

@@ -3,8 +3,8 @@ consumer's queries (last message id, statistics)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from protocol._accel import speedups
 from protocol._pb import PulsarApi_pb2 as pb
@@ -13,6 +13,8 @@ from protocol.enums import AckType, InitialPosition, KeySharedMode, SubType
 from protocol.errors import LocalProtocolError, ServerError
 from protocol.framing import encode_command, encode_payload_command
 from protocol.ids import MessageId, from_u64, to_u64
+
+P = TypeVar("P")
 
 AckIdentity = MessageId | tuple[MessageId, Sequence[int]]
 
@@ -179,6 +181,20 @@ def py_ack_entries(consumer_id: int, entries: Sequence[tuple[int, int]]) -> byte
     return encode_command(cmd)
 
 
+def py_acked_positions(
+    ack: pb.CommandAck, position: Callable[[int, int], P]
+) -> list[tuple[P, list[int] | None]]:
+    """What a broker reads from a received ACK: per message id, ``position(ledger, entry)``
+    (signed, as ids travel as uint64) and its PIP-54 ack set (None when it has none).
+
+    ``position`` makes the broker's own position type, so a compiled version can build it
+    directly instead of the broker wrapping every pair again."""
+    return [
+        (position(from_u64(m.ledgerId), from_u64(m.entryId)), list(m.ack_set) or None)
+        for m in ack.message_id
+    ]
+
+
 def ack_response(
     consumer_id: int,
     request_id: int,
@@ -342,3 +358,10 @@ elif _speedups is not None:
     ack_entries = _speedups.bind_ack_entries(py_ack_entries)
 else:
     ack_entries = py_ack_entries
+
+if TYPE_CHECKING:
+    acked_positions = py_acked_positions
+elif _speedups is not None:
+    acked_positions = _speedups.bind_acked_positions(py_acked_positions)
+else:
+    acked_positions = py_acked_positions

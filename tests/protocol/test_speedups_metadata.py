@@ -1,4 +1,5 @@
-"""The compiled SendEntryChecker against the reference: same chunk facts, same errors.
+"""The compiled SendEntryChecker, decode_entry and parse_entry_metadata against the
+reference: same chunk facts, entries and metadata facts, same errors.
 
 Entries carry generated ``MessageMetadata``: every field, set or not, through protobuf's
 serializer, or hand-written (any order, repeated, wrong wire types, unknown fields, groups,
@@ -20,9 +21,11 @@ from protocol._pb import PulsarApi_pb2 as pb
 from protocol.errors import RemoteProtocolError
 from protocol.metadata import (
     ChunkInfo,
+    EntryMetadata,
     PySendEntryChecker,
     py_decode_entry,
     py_decode_entry_plain,
+    py_parse_entry_metadata,
 )
 from tests.protocol.speedups_wire import field_bytes, fields_of, ints, texts
 
@@ -204,3 +207,93 @@ def test_decode_entry_of_an_ordinary_entry() -> None:
     md.properties.add(key="a", value="b")
     metadata, payload = _speedups.decode_entry(_entry(md))
     assert (metadata, payload) == (md, b"payload")
+
+
+# --- parse_entry_metadata (the broker's per-entry read when it dispatches) --------------------
+
+
+def facts(parse: Any, entry: Any) -> Any:
+    try:
+        parsed = parse(entry)
+    except RemoteProtocolError as exc:
+        return (type(exc), str(exc))
+    # Field by field with the types: True == 1 and 1.0 == 1 would hide a difference.
+    return [(name, type(value), value) for name, value in _fields(parsed)]
+
+
+def _fields(parsed: EntryMetadata) -> list[tuple[str, Any]]:
+    assert type(parsed) is EntryMetadata
+    return [(name, getattr(parsed, name)) for name in EntryMetadata.__slots__]
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(entries(), min_size=1, max_size=4))
+def test_parse_entry_metadata_same_facts_on_generated_entries(cases: list[tuple[Any, Any]]) -> None:
+    for entry, _ in cases:
+        assert facts(_speedups.parse_entry_metadata, entry) == facts(py_parse_entry_metadata, entry)
+
+
+def test_parse_entry_metadata_of_an_entry_with_every_fact() -> None:
+    md = pb.MessageMetadata(producer_name="p\u00e9", sequence_id=(1 << 64) - 1, publish_time=5)
+    md.num_messages_in_batch = 7
+    md.partition_key, md.ordering_key = "k", b"\x00o"
+    md.deliver_at_time, md.event_time, md.highest_sequence_id = -3, 11, 12
+    md.compression = pb.ZSTD
+    md.num_chunks_from_msg, md.chunk_id, md.uuid = 4, 2, "u"
+    entry = _entry(md)
+    expected = EntryMetadata(
+        producer_name="p\u00e9",
+        sequence_id=(1 << 64) - 1,
+        highest_sequence_id=12,
+        num_messages=7,
+        is_batch=True,
+        publish_time=5,
+        partition_key="k",
+        ordering_key=b"\x00o",
+        deliver_at_time=-3,
+        event_time=11,
+        compression=pb.ZSTD,
+        payload_offset=len(entry) - len(b"payload"),
+        chunk_id=2,
+        num_chunks=4,
+    )
+    assert _speedups.parse_entry_metadata(entry) == expected == py_parse_entry_metadata(entry)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        b"\x40\x09",  # compression 9: unknown to upb, which reads NONE (the reference decides)
+        field_bytes(4, 2, b"\x0a\x01k"),  # a property without value: not initialized
+        field_bytes(13, 2, b"\x0a\x01k\x12\x01v"),  # encryption keys: left to the reference
+        field_bytes(6, 2, b"\xff"),  # a partition key that is not UTF-8
+    ],
+)
+def test_parse_entry_metadata_leaves_the_odd_cases_to_the_reference(extra: bytes) -> None:
+    metadata = field_bytes(1, 2, b"p") + field_bytes(2, 0, 1) + field_bytes(3, 0, 1) + extra
+    entry = struct.pack(">I", len(metadata)) + metadata + b"payload"
+    assert facts(_speedups.parse_entry_metadata, entry) == facts(py_parse_entry_metadata, entry)
+
+
+def test_parse_entry_metadata_reads_ordinary_entries_itself() -> None:
+    """The fast path really runs: with a reference that refuses every call, ordinary entries
+    (a single message, a keyed batch, a delayed message) still parse."""
+
+    def no_reference(entry: Any) -> EntryMetadata:
+        raise AssertionError("the reference was asked")
+
+    ordinary = [
+        pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=2),
+        pb.MessageMetadata(
+            producer_name="p", sequence_id=1, publish_time=2, num_messages_in_batch=10
+        ),
+        pb.MessageMetadata(
+            producer_name="p", sequence_id=1, publish_time=2, partition_key="k", deliver_at_time=9
+        ),
+    ]
+    _speedups.bind_parse_entry_metadata(no_reference, EntryMetadata)
+    try:
+        for md in ordinary:
+            assert _speedups.parse_entry_metadata(_entry(md)) == py_parse_entry_metadata(_entry(md))
+    finally:
+        _speedups.bind_parse_entry_metadata(py_parse_entry_metadata, EntryMetadata)

@@ -124,7 +124,9 @@ def test_reads_from_threads_while_the_loop_appends_flushes_and_trims(tmp_path: P
     def following(position: Position) -> Position:
         if Position(position.ledger_id, position.entry_id + 1) in appended:
             return Position(position.ledger_id, position.entry_id + 1)
-        return min(p for p in appended if p.ledger_id > position.ledger_id)
+        # Over a copy: the main thread adds to ``appended`` meanwhile (list() of a dict is one
+        # step under the GIL; iterating the dict itself can fail with "changed size").
+        return min(p for p in list(appended) if p.ledger_id > position.ledger_id)
 
     def reader(seed: int) -> None:
         rng = random.Random(seed)
@@ -137,7 +139,7 @@ def test_reads_from_threads_while_the_loop_appends_flushes_and_trims(tmp_path: P
                     assert appended[position] == data
                     if previous is not None and position != following(previous):
                         # Only what was trimmed meanwhile (consumed by every cursor) is skipped.
-                        skipped = [p for p in appended if previous < p < position]
+                        skipped = [p for p in list(appended) if previous < p < position]
                         assert max(skipped) < (ledger.first_position or BEFORE_EVERYTHING)
                     previous = position
                 reads[0] += 1
