@@ -171,7 +171,7 @@ class Consumer:
                         # At once when a FLOW is due (a deferred one would hold it back while
                         # the broker could start its next read), else with the next window.
                         if queue.flow_owed():
-                            runner.submit(consumer.settle_taken, None)
+                            runner.submit_urgent(consumer.settle_taken, None)
                         else:
                             runner.submit_deferred(consumer.settle_taken, None)
                     run.extend(messages[1:])

@@ -27,6 +27,8 @@ R = TypeVar("R")
 # Deferred submissions reach the loop at most this late, or as soon as this many are queued.
 _DEFER_SECONDS = 0.002
 _DEFER_MAX_QUEUED = 512
+# ``call_soon_and_yield`` waits at most this long for the loop (it is busy: go on meanwhile).
+_YIELD_SECONDS = 0.001
 
 
 def _new_event_loop() -> asyncio.AbstractEventLoop:
@@ -69,6 +71,24 @@ class LoopThread:
         if not self._wakeup_pending:
             self._wakeup_pending = True
             self.loop.call_soon_threadsafe(self._drain_inbox)
+
+    def call_soon_and_yield(self, function: Callable[..., None], *args: Any) -> None:
+        """``call_soon``, then let the loop run it before this thread goes on (waiting at most
+        ``_YIELD_SECONDS``). For urgent work from a thread that keeps the GIL while it works:
+        a blocking receiver going through its queued messages holds it for a millisecond and
+        more, and the loop thread, woken to send a FLOW, cannot run before the receiver blocks
+        (or CPython's 5 ms switch interval passes); by then the queue is empty and the broker
+        has had nothing to do. Waiting on an event releases the GIL to the loop at once."""
+        ran = threading.Event()
+
+        def run_then_release() -> None:
+            try:
+                function(*args)
+            finally:
+                ran.set()
+
+        self.call_soon(run_then_release)
+        ran.wait(_YIELD_SECONDS)
 
     def call_deferred(self, function: Callable[..., None], *args: Any) -> None:
         """Run ``function(*args)`` on the loop within ``_DEFER_SECONDS``, in order with every

@@ -63,6 +63,12 @@ class Runner:
         self.check_usable()
         self.loop_thread.call_soon(function, *args)
 
+    def submit_urgent(self, function: Callable[..., None], *args: Any) -> None:
+        """``submit``, and let the loop run it before this thread goes on (briefly): for work
+        the broker waits on, such as a FLOW (``LoopThread.call_soon_and_yield``)."""
+        self.check_usable()
+        self.loop_thread.call_soon_and_yield(function, *args)
+
     def submit_deferred(self, function: Callable[..., None], *args: Any) -> None:
         """``submit`` for work nobody waits on: it may reach the loop a moment later."""
         self.check_usable()
