@@ -29,13 +29,18 @@ class PayloadDecoder(Protocol):
 class ReceivedEntry:
     """What every message of one received entry shares: its topic, ``MessageMetadata``,
     redelivery count, schema, position and batch size. A batch of 1000 messages builds one,
-    not 1000 copies of its fields, and a message's id is made from it only when asked for."""
+    not 1000 copies of its fields, and a message's id is made from it only when asked for.
+
+    The metadata may come as its serialized bytes (a plain message the compiled decoder
+    checked): it is parsed on first use. A consumer that only acknowledges then never pays
+    for the parse, nor keeps one more object per queued message for the garbage collector
+    to traverse."""
 
     __slots__ = (
+        "_metadata",
         "batch_size",
         "cluster",
         "key",
-        "metadata",
         "partition",
         "redelivery_count",
         "schema",
@@ -45,7 +50,7 @@ class ReceivedEntry:
     def __init__(
         self,
         topic: str,
-        metadata: pb.MessageMetadata,
+        metadata: pb.MessageMetadata | bytes,
         ledger_id: int,
         entry_id: int,
         batch_size: int,
@@ -55,7 +60,7 @@ class ReceivedEntry:
         cluster: str | None = UNKNOWN_CLUSTER,
     ) -> None:
         self.topic = topic
-        self.metadata = metadata
+        self._metadata = metadata
         #: ``(ledger_id, entry_id)``: the entry's key in the acknowledgement bookkeeping.
         self.key = (ledger_id, entry_id)
         self.batch_size = batch_size
@@ -64,6 +69,15 @@ class ReceivedEntry:
         self.schema = schema
         #: The client's cluster generation it was received in (``Connection.cluster``).
         self.cluster = cluster
+
+    @property
+    def metadata(self) -> pb.MessageMetadata:
+        metadata = self._metadata
+        if metadata.__class__ is bytes:
+            # Checked by the decoder that kept the bytes: this parse cannot fail. Two threads
+            # may both parse; either result is the same message.
+            metadata = self._metadata = pb.MessageMetadata.FromString(metadata)
+        return metadata  # type: ignore[return-value]  # parsed above when it was bytes
 
 
 class Message:

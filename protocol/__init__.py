@@ -34,6 +34,7 @@ from protocol.metadata import (
     EntryMetadata,
     decode_entry,
     decode_entry_plain,
+    decode_plain_entry_lazily,
     encode_entry,
     parse_entry_metadata,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "decode_batch",
     "decode_entry",
     "decode_entry_plain",
+    "decode_plain_entry_lazily",
     "encode_batch",
     "encode_command",
     "encode_entry",

@@ -334,6 +334,50 @@ cdef object _decoded(object entry, bint plain_wanted):
     return metadata, payload, plain
 
 
+def decode_plain_entry_lazily(entry):
+    """``protocol.metadata.decode_plain_entry_lazily``: for one plain message (no batch, chunk,
+    compression field or encryption), its metadata's bytes (the walk checked everything upb's
+    parse and the reference check; the consumer parses them when the application first asks)
+    and its payload; None for every other entry, and for anything the walk does not accept."""
+    cdef _Facts facts
+    cdef Py_ssize_t size
+    cdef uint32_t metadata_size
+    cdef const uint8_t *base
+    if type(entry) is not bytes:
+        return None
+    size = PyBytes_GET_SIZE(entry)
+    base = <const uint8_t *>PyBytes_AS_STRING(entry)
+    if size < 4:
+        return None
+    metadata_size = _be32(base)
+    if metadata_size > <uint64_t>(size - 4):
+        return None
+    facts.name = NULL
+    facts.key = NULL
+    facts.uuid = NULL
+    facts.name_size = facts.key_size = facts.uuid_size = 0
+    facts.has_sequence = facts.has_publish_time = False
+    facts.has_in_batch = facts.has_compression = False
+    facts.num_chunks = 0
+    if (
+        not _walk_metadata(base + 4, base + 4 + metadata_size, &facts)
+        or facts.name == NULL
+        or not facts.has_sequence
+        or not facts.has_publish_time
+        or facts.has_in_batch
+        or facts.num_chunks != 0
+        or facts.has_compression
+        or not _utf8(facts.name, facts.name_size)
+        or (facts.key != NULL and not _utf8(facts.key, facts.key_size))
+        or not _complete_properties(base + 4, base + 4 + metadata_size)
+    ):
+        return None
+    return (
+        PyBytes_FromStringAndSize(<const char *>base + 4, metadata_size),
+        PyBytes_FromStringAndSize(<const char *>base + 4 + metadata_size, size - 4 - metadata_size),
+    )
+
+
 def decode_entry(entry):
     """``protocol.metadata.decode_entry``: the same results and errors. The metadata is parsed
     by upb as there; the checks around it (sizes, required fields, UTF-8 of the names) are done

@@ -198,6 +198,23 @@ def py_decode_entry_plain(entry: bytes | memoryview) -> tuple[pb.MessageMetadata
     return metadata, payload, plain
 
 
+def py_decode_plain_entry_lazily(entry: bytes | memoryview) -> tuple[bytes, bytes] | None:
+    """For an entry that is one plain message with no ``compression`` field at all: its
+    metadata's bytes (they parse, and pass ``decode_entry``'s checks) and its payload, so a
+    consumer can hand the message out and parse the metadata only if the application reads
+    it; None for any other entry, valid or not (``decode_entry_plain`` then decides).
+
+    This is the reference; ``decode_plain_entry_lazily`` is the compiled one when built."""
+    try:
+        metadata, payload, plain = py_decode_entry_plain(entry)
+    except RemoteProtocolError:
+        return None
+    if not plain or metadata.HasField("compression"):
+        return None
+    (size,) = _U32_FROM(entry, 0)
+    return bytes(entry[4 : 4 + size]), payload
+
+
 def py_parse_entry_metadata(entry: bytes | memoryview) -> EntryMetadata:
     """Read the metadata facts of a stored entry.
 
@@ -283,3 +300,11 @@ elif _speedups is not None:
     )
 else:
     parse_entry_metadata = py_parse_entry_metadata
+
+if TYPE_CHECKING:
+    decode_plain_entry_lazily = py_decode_plain_entry_lazily
+elif _speedups is not None:
+    # No fallback to bind: its None ("decide with decode_entry_plain") is always an answer.
+    decode_plain_entry_lazily = _speedups.decode_plain_entry_lazily
+else:
+    decode_plain_entry_lazily = py_decode_plain_entry_lazily

@@ -46,6 +46,7 @@ from protocol import (
     commands,
     compression,
     decode_entry_plain,
+    decode_plain_entry_lazily,
     pb,
     split_batch,
 )
@@ -191,6 +192,11 @@ class EntryDecoder:
         if not frame.checksum_valid:
             self._discard(WireMessageId(ledger, entry_id), AckValidationError.ChecksumMismatch, 1)
             return
+        if not self.start.active:
+            lazily = decode_plain_entry_lazily(frame.entry)
+            if lazily is not None:  # one plain message: its metadata is parsed if it is read
+                self._on_plain(command.redelivery_count, ledger, entry_id, *lazily)
+                return
         try:
             metadata, payload, plain = decode_entry_plain(frame.entry)
         except RemoteProtocolError:
@@ -313,10 +319,11 @@ class EntryDecoder:
         redelivery_count: int,
         ledger: int,
         entry_id: int,
-        metadata: pb.MessageMetadata,
+        metadata: pb.MessageMetadata | bytes,
         payload: bytes,
     ) -> None:
-        """The common case: one message, as sent, nothing to filter; its id is made lazily."""
+        """The common case: one message, as sent, nothing to filter; its id is made lazily
+        (and its metadata parsed lazily when it comes as bytes)."""
         cnx = self._connection()
         # Where it was received: its acknowledgement is dropped on any other cluster.
         self._cluster = cluster = cnx.cluster if cnx is not None else UNKNOWN_CLUSTER

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulsar
 import pytest
 
-from client.message import Message
+from client.message import Message, ReceivedEntry
 from client.message_id import MessageId
 from protocol import SingleMessage, pb
 
@@ -81,3 +81,20 @@ def test_value_decodes_with_the_schema() -> None:
     message = Message(b"abc", MessageId(-1, 1, 2), TOPIC, metadata, schema=Upper())
     assert message.value() == "ABC"
     assert message.data() == b"abc"
+
+
+def test_a_message_whose_metadata_came_as_bytes_parses_it_on_first_use() -> None:
+    """The consumer keeps a plain message's metadata serialized until it is read."""
+    metadata = pb.MessageMetadata(
+        producer_name="p", sequence_id=42, publish_time=1000, event_time=900
+    )
+    metadata.properties.add(key="a", value="b")
+    metadata.partition_key = "k"
+    entry = ReceivedEntry(TOPIC, metadata.SerializeToString(), 1, 2, 0, -1)
+    message = Message.of_whole_entry(entry, b"data")
+    assert message.message_id() == MessageId(-1, 1, 2)  # the id needs no metadata
+    assert type(entry._metadata) is bytes
+    assert message.properties() == {"a": "b"}
+    assert (message.partition_key(), message.event_timestamp()) == ("k", 900)
+    assert (message.producer_name(), message.sequence_id()) == ("p", 42)
+    assert entry.metadata is entry.metadata == metadata  # parsed once, then kept

@@ -25,6 +25,7 @@ from protocol.metadata import (
     PySendEntryChecker,
     py_decode_entry,
     py_decode_entry_plain,
+    py_decode_plain_entry_lazily,
     py_parse_entry_metadata,
 )
 from tests.protocol.speedups_wire import field_bytes, fields_of, ints, texts
@@ -297,3 +298,46 @@ def test_parse_entry_metadata_reads_ordinary_entries_itself() -> None:
             assert _speedups.parse_entry_metadata(_entry(md)) == py_parse_entry_metadata(_entry(md))
     finally:
         _speedups.bind_parse_entry_metadata(py_parse_entry_metadata, EntryMetadata)
+
+
+# --- decode_plain_entry_lazily (a consumer's shortcut for one plain message) -----------------
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(entries(), min_size=1, max_size=4))
+def test_decode_plain_entry_lazily_agrees_with_the_reference(cases: list[tuple[Any, Any]]) -> None:
+    """The compiled shortcut may decline (None: decode_entry_plain decides) but never accepts
+    what the reference would not, and what it keeps parses to the reference's metadata."""
+    for entry, _ in cases:
+        fast = _speedups.decode_plain_entry_lazily(entry)
+        reference = py_decode_plain_entry_lazily(entry)
+        if fast is None:
+            continue
+        assert fast == reference
+        metadata, payload, plain = py_decode_entry_plain(entry)
+        assert plain
+        assert pb.MessageMetadata.FromString(fast[0]) == metadata
+        assert fast[1] == payload
+
+
+@pytest.mark.parametrize(
+    ("fields", "kept"),
+    [
+        ({}, True),
+        ({"partition_key": "k", "event_time": 5, "ordering_key": b"o"}, True),
+        ({"num_messages_in_batch": 1}, False),
+        ({"compression": 0}, False),  # the field is there: decode_entry_plain reads it
+        ({"compression": 1}, False),
+        ({"num_chunks_from_msg": 2, "chunk_id": 0, "uuid": "u"}, False),
+    ],
+)
+def test_decode_plain_entry_lazily_keeps_only_plain_messages(
+    fields: dict[str, Any], kept: bool
+) -> None:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=4, publish_time=5, **fields)
+    md.properties.add(key="a", value="b")
+    for decode in (_speedups.decode_plain_entry_lazily, py_decode_plain_entry_lazily):
+        lazily = decode(_entry(md))
+        assert (lazily is not None) is kept
+        if lazily is not None:
+            assert lazily == (md.SerializeToString(), b"payload")
