@@ -14,6 +14,8 @@ source >= 300k rows/s, exactly-once sink >= 200k rows/s, exactly-once / at-least
 ``--repeat N`` writes N times each way, alternating, and reports the medians and every run;
 ``--source-repeat N`` (default 5) reads N times after one warm-up read, and reports the median
 and every run (Spark's own cost per job, about 0.35 s on this machine, is in every figure).
+The 1-minute load average before and after the run is printed with the figures: the machine
+is shared, and the ratio swings round by round under load.
 
     .venv/bin/python bench/bench_spark.py --rows 200000 --compression lz4 --repeat 3
 """
@@ -90,6 +92,7 @@ def main() -> None:
         "--source-repeat", type=int, default=5, help="source reads (median reported)"
     )
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]  # the machine is shared: the load goes with the figures
     configure_python_workers()
     os.environ["PYTHONPATH"] = f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
     from pyspark.sql import SparkSession
@@ -141,6 +144,7 @@ def main() -> None:
         "rows": rows,
         "row_bytes": ROW_BYTES,
         "master": "local[2]",
+        "load_average_1min_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "sink_exactly_once_rows_per_s": round(rows / eo),
         "sink_at_least_once_rows_per_s": round(rows / alo),
         "sink_ratio_exactly_once_vs_at_least_once": round(alo / eo, 3),

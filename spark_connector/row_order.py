@@ -17,7 +17,10 @@ its rows unlike the failed attempt of the older one (the replay guard would fail
 
 The sort runs on Arrow columns (``pyarrow.compute.sort_indices``, nulls first), not on Python
 objects. Columns Arrow cannot sort (maps, lists, structs) are first turned into bytes that
-stand for their value (``_canonical``); timestamps and dates sort as their integers.
+stand for their value (``_canonical``); timestamps and dates sort as their integers. With no
+ordering column the hashes are computed as the rows arrive, and when no two rows share one
+(nor is one null) they alone order the rows (``hash_order``: a radix sort) and the other keys
+are never built; the sorted rows are gathered a chunk at a time, as the sink sends them.
 
 Rows are buffered as record batches up to a memory bound (Arrow bytes); past it, the sorted
 buffer is written to a temporary Arrow IPC file (a *run*) in Spark's local directory, and the
@@ -135,19 +138,37 @@ def _with_keys(batch: pa.RecordBatch, keys: list[pa.Array]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
-def _sort_indices(table: pa.Table, key_count: int, hash_first: bool) -> pa.Array:
-    """The row order of ``table`` by its sort keys. When the first key is the value's hash
-    and no row has a null one, the rows are ordered by it alone (``hash_order``: a radix
-    sort) unless two share a hash: with distinct first keys the later ones never decide, so
-    both ways give the one order the keys define."""
-    if hash_first:
-        hashes = table.column(f"{_KEY_PREFIX}0").chunk(0)  # one chunk: combined
-        if hashes.null_count == 0:
-            order, ties = hash_order(hashes.buffers()[1], hashes.offset, len(hashes))
-            if not ties:
-                return pa.Array.from_buffers(pa.int64(), len(hashes), [None, pa.py_buffer(order)])
+def _hash_order(hashes: list[pa.Array]) -> pa.Array | None:
+    """The row order by the value's hash alone (``hash_order``: a radix sort), or None when
+    a hash is null or two rows share one (then the later keys decide: the general sort).
+    With distinct first keys the later ones never decide, so both ways give the one order
+    the keys define."""
+    column = pa.concat_arrays(hashes) if len(hashes) > 1 else hashes[0]
+    if column.null_count:
+        return None
+    order, ties = hash_order(column.buffers()[1], column.offset, len(column))
+    if ties:
+        return None
+    return pa.Array.from_buffers(pa.int64(), len(column), [None, pa.py_buffer(order)])
+
+
+def _sort_indices(table: pa.Table, key_count: int) -> pa.Array:
+    """The row order of ``table`` by its sort keys (every key, Arrow's general sort)."""
     names = [f"{_KEY_PREFIX}{i}" for i in range(key_count)]
     return pc.sort_indices(table, sort_keys=[(name, "ascending", "at_start") for name in names])
+
+
+def _one_batch(table: pa.Table) -> pa.RecordBatch:
+    """A table of one chunk per column as its record batch (no copy)."""
+    batches = table.to_batches()
+    return batches[0] if len(batches) == 1 else table.combine_chunks().to_batches()[0]
+
+
+def _taken(rows: pa.RecordBatch, indices: pa.Array) -> Iterator[pa.RecordBatch]:
+    """``rows`` in the order of ``indices``, a chunk at a time: gathered as the sink asks for
+    them, so the first rows are sent while later ones are still being gathered."""
+    for start in range(0, len(indices), _OUTPUT_CHUNK_ROWS):
+        yield rows.take(indices.slice(start, _OUTPUT_CHUNK_ROWS))
 
 
 def _python_keys(table: pa.RecordBatch | pa.Table, key_count: int) -> list[tuple[Any, ...]]:
@@ -186,40 +207,65 @@ class ArrowSorter:
         self.memory_bytes = memory_bytes
         self.directory = directory if directory is not None else _spill_directory()
         self.runs: list[IO[bytes]] = []
+        # The rows as they came, and (radix path) the hash of each batch's values: the other
+        # sort keys are built only when needed (a run, a tie, ordering columns), which spares
+        # copying the value column a second time as a key.
         self._buffer: list[pa.RecordBatch] = []
+        self._hashes: list[pa.Array] | None = [] if not self.order else None
         self._bytes = 0
         self._keys = 0
-        # Whether the first key is the value's hash (no ordering columns, a binary value).
-        self._hashed = False
         self._columns: list[str] | None = None
 
     def add(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
-        keys = sort_columns(batch, self.plan, self.order)
-        value = self.plan.get("value")
-        self._hashed = value is not None and _hashable(batch.schema.field(value).type)
-        self._keys = len(keys)
         if self._columns is None:
             self._columns = list(batch.schema.names)
-        keyed = _with_keys(batch, keys)
-        self._buffer.append(keyed)
-        self._bytes += keyed.nbytes
+        self._buffer.append(batch)
+        self._bytes += batch.nbytes
+        if self._hashes is not None:
+            value = self.plan.get("value")
+            hashes = None if value is None else value_hashes(batch.column(value))
+            if hashes is None:
+                self._hashes = None  # no hash key (no binary value): the general sort
+            else:
+                self._hashes.append(hashes)
+                self._bytes += hashes.nbytes
         if self._bytes >= self.memory_bytes:
             self._spill()
 
-    def _sorted_buffer(self, keep_keys: bool) -> pa.Table:
-        """The buffered rows, sorted; with their sort keys only when ``keep_keys`` (a run)."""
-        # One chunk: ``take`` across chunks resolves each index's chunk, several times slower.
-        table = pa.Table.from_batches(self._buffer).combine_chunks()
+    def _keyed(self) -> pa.Table:
+        """The buffered rows with every sort key, in one chunk (``take`` across chunks
+        resolves each index's chunk, several times slower)."""
+        keyed = []
+        for batch in self._buffer:
+            keys = sort_columns(batch, self.plan, self.order)
+            self._keys = len(keys)
+            keyed.append(_with_keys(batch, keys))
+        return pa.Table.from_batches(keyed).combine_chunks()
+
+    def _take_buffer(self) -> None:
         self._buffer = []
+        self._hashes = [] if self._hashes is not None else None
         self._bytes = 0
-        hash_first = not self.order and self._hashed and table.num_rows > 0
-        indices = _sort_indices(table, self._keys, hash_first)
-        return (table if keep_keys else self._strip(table)).take(indices)
+
+    def _ordered_buffer(self, keep_keys: bool) -> tuple[pa.RecordBatch, pa.Array]:
+        """The buffered rows in one batch (with their sort keys only when ``keep_keys``: a
+        run) and their sorted order."""
+        if not keep_keys and self._hashes:
+            indices = _hash_order(self._hashes)
+            if indices is not None:
+                table = pa.Table.from_batches(self._buffer).combine_chunks()
+                self._take_buffer()
+                return _one_batch(table), indices
+        table = self._keyed()
+        self._take_buffer()
+        indices = _sort_indices(table, self._keys)
+        return _one_batch(table if keep_keys else self._strip(table)), indices
 
     def _spill(self) -> None:
-        table = self._sorted_buffer(keep_keys=True)
+        rows, indices = self._ordered_buffer(keep_keys=True)
+        table = pa.Table.from_batches([rows.take(indices)])
         # Deleted by the OS when closed (or when the worker dies): no files left behind.
         run = tempfile.TemporaryFile(  # noqa: SIM115 - kept open until the merge, closed by close()
             prefix="dedup-topic-sort-", dir=self.directory
@@ -234,10 +280,8 @@ class ArrowSorter:
         if not self.runs:
             if not self._buffer:
                 return iter(())
-            table = self._sorted_buffer(keep_keys=False)
-            # Slices (no copy) the sink converts and sends one by one, so the first rows are
-            # on their way while later ones are converted.
-            return iter(table.to_batches(max_chunksize=_OUTPUT_CHUNK_ROWS))
+            rows, indices = self._ordered_buffer(keep_keys=False)
+            return _taken(rows, indices)
         if self._buffer:
             self._spill()
         return self._merge()

@@ -60,7 +60,10 @@ Speed: rows arrive as Arrow record batches, are sorted on their Arrow columns (`
 a compiled hash of the value first) and turned into one Python list per column
 (``rows.Columns``); batches are cut by bisection on running byte totals (``batches``) and
 sent whole (``sink_send``). A ``SinkRow`` is built only for a row the replay guard compares.
-``compressionType`` sets the producers' codec.
+``compressionType`` sets the producers' codec. No exactly-once row can be sent before the
+task's last row has arrived (the numbering needs them all), so the producer is created while
+they arrive (``early_producer``) and only the sort's last step stays between the last row in
+and the first batch out.
 """
 
 from __future__ import annotations
@@ -84,6 +87,7 @@ from client.sync import Client, Producer
 from protocol.enums import CompressionType
 from spark_connector.batches import BatchCutter
 from spark_connector.clients import partition_topics, shared_client
+from spark_connector.early_producer import EarlyProducer
 from spark_connector.faults import commit_fault, row_fault
 from spark_connector.options import OptionError, SinkOptions, canonical_topic
 from spark_connector.producer_cache import shared_producers
@@ -170,6 +174,8 @@ class _TaskWriter:
         self._topics: dict[str, str] = {}
         self._partitions: dict[str, tuple[list[str], int]] = {}
         self._batch_started_ms: int | None = None
+        # Exactly-once: the producer is created while the rows arrive (``early_producer``).
+        self.early = EarlyProducer(self._open_single) if options.exactly_once else None
 
     @property
     def producer_name(self) -> str | None:
@@ -222,13 +228,26 @@ class _TaskWriter:
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
 
+    def _open_single(self) -> tuple[str, Producer] | None:
+        """The one target of every row and its producer, newly created; None when rows may
+        go to several targets (run on ``early_producer``'s helper thread)."""
+        option = self.options.topic
+        if option is None or "partition" in self.plan:
+            return None
+        names, partitions = self._partitioning(option)
+        if partitions:
+            return None
+        return names[0], self._create(names[0], self._producer_settings())
+
     def _open_target(self, target: str, index: int, columns: Columns, i: int) -> TargetBatch:
         """The producer for ``target``, opened for row ``index`` (the first routed there), and
         the checks against what the broker already holds for it."""
         options = self.options
         settings = self._producer_settings()
         if options.exactly_once:
-            producer = self._create(target, settings)
+            producer = self.early.take(target) if self.early is not None else None
+            if producer is None:
+                producer = self._create(target, settings)
             self.open[target] = opened = self._new_open(producer)
             last = producer.last_sequence_id()
             check_not_reset(last, self.task.batch_id, producer.producer_name())
@@ -347,8 +366,12 @@ class _TaskWriter:
         failed = True
         if options.encoding is not None:  # the topic's record schema (schema_write)
             batches = options.encoding.encode(batches)
+        if self.early is not None:
+            batches = self.early.watch(batches)
         try:
             chunks = self.chunks(batches, sorter)
+            if self.early is not None:
+                self.early.wait()  # it also looked the topic up (``_partitioning``)
             # After the sort: a fault counts rows as they are sent.
             hook = row_fault(options.fault_dir, task.batch_id, task.partition)
             for columns in chunks:
@@ -478,6 +501,8 @@ class _TaskWriter:
 
     def close(self, failed: bool) -> None:
         """Close the task's producers; a cached one goes back to the cache after a success."""
+        if self.early is not None:
+            self.early.discard()
         opened, self.open = self.open, {}
         leased, self.leased = self.leased, {}
         for target, state in opened.items():

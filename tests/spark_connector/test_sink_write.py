@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import random
+import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -15,7 +17,7 @@ import pytest
 from spark_connector.options import OptionError, SinkOptions
 from spark_connector.producer_cache import shared_producers
 from spark_connector.sink import BatchWriter, SinkCommit
-from tests.helpers import BrokerThread
+from tests.helpers import BrokerThread, wait_until
 from tests.spark_connector.helpers import consume_all
 
 SCHEMA = pa.schema(
@@ -56,11 +58,27 @@ def write(url: str, topic: str, data: list[Any], **options: str) -> SinkCommit:
     return BatchWriter(parsed, {"value": 0, "key": 1, "properties": 2}).write(iter(batches(data)))
 
 
-def storage_size(broker: BrokerThread, topic: str) -> int:
+def stats(broker: BrokerThread, topic: str) -> dict[str, Any]:
     path = topic.replace("persistent://", "persistent/")
     with urllib.request.urlopen(f"{broker.http}/admin/v2/{path}/stats", timeout=10) as answer:
-        size: int = json.load(answer)["storageSize"]
+        found: dict[str, Any] = json.load(answer)
+    return found
+
+
+def storage_size(broker: BrokerThread, topic: str) -> int:
+    size: int = stats(broker, topic)["storageSize"]
     return size
+
+
+def publishers(broker: BrokerThread, topic: str) -> list[str]:
+    """The names of ``topic``'s producers (none while the topic does not exist yet)."""
+    try:
+        found = stats(broker, topic)
+    except urllib.error.HTTPError as error:
+        if error.code != 404:
+            raise
+        return []
+    return [p["producerName"] for p in found["publishers"]]
 
 
 def test_any_arrival_order_numbers_the_rows_alike(broker: BrokerThread) -> None:
@@ -127,3 +145,41 @@ def test_at_least_once_producers_outlive_the_task(broker: BrokerThread) -> None:
     assert len(consume_all(broker.url, topic)) == 30
     shared_producers.close()
     assert len(shared_producers) == 0
+
+
+def test_the_producer_is_created_while_the_rows_arrive(broker: BrokerThread) -> None:
+    """Exactly-once: the named producer exists before the task's last row has arrived (its
+    creation is off the path between the last row and the first send); an empty task creates
+    none; a task failing while its rows arrive lets the name go (the next attempt gets it)."""
+    topic = "persistent://public/default/early"
+    name = "spark-early-0"
+    parsed = SinkOptions.parse(
+        {
+            "service.url": broker.url,
+            "topic": topic,
+            "writeId": "early",
+            "producerBusyTimeoutMs": "0",
+        }
+    )
+    plan = {"value": 0, "key": 1, "properties": 2}
+    seen: list[list[str]] = []
+
+    def arriving(fail: bool) -> Iterator[pa.RecordBatch]:
+        parts = batches(rows(500))
+        yield from parts[:-1]
+        wait_until(lambda: publishers(broker, topic) == [name], timeout=10)
+        seen.append(publishers(broker, topic))
+        if fail:
+            raise RuntimeError("the input failed")
+        yield parts[-1]
+
+    with pytest.raises(RuntimeError, match="the input failed"):
+        BatchWriter(parsed, plan).write(arriving(fail=True))
+    assert publishers(broker, topic) == []
+    empty = BatchWriter(parsed, plan).write(iter([batches(rows(1))[0].slice(0, 0)]))
+    assert (empty.rows, empty.producer) == (0, name)
+    assert publishers(broker, topic) == []  # no producer was created for it
+    done = BatchWriter(parsed, plan).write(arriving(fail=False))
+    assert (done.rows, done.stored, done.producer) == (500, 500, name)
+    assert seen == [[name], [name]]
+    assert publishers(broker, topic) == []  # closed at the end of the task
