@@ -198,6 +198,24 @@ def unpack_location(packed: int) -> tuple[Position, int, float]:
 class IdempotencyWindow:
     """The window of one topic (partition); see the module docstring."""
 
+    # One per loaded topic: slots, not an instance dict (issue #26).
+    __slots__ = (
+        "_clock",
+        "_config",
+        "_entries_since_snapshot",
+        "_hidden",
+        "_last_persisted_position",
+        "_last_stamp",
+        "_table",
+        "duplicates",
+        "evicted",
+        "expired",
+        "hidden_messages",
+        "in_flight_answers",
+        "recovery_seconds",
+        "replayed_entries",
+    )
+
     def __init__(
         self, config: WindowConfig | None = None, clock: Callable[[], float] = time.time
     ) -> None:
@@ -208,8 +226,9 @@ class IdempotencyWindow:
         # empty, and most loaded topics never see a key (issue #26).
         self._table = _NO_KEYS
         self._last_stamp = 0.0
-        #: position -> bitmask of hidden batch indexes (kept until the entry is trimmed).
-        self._hidden: dict[Position, int] = {}
+        #: position -> bitmask of hidden batch indexes (kept until the entry is trimmed); None
+        #: until the first one (rare: a duplicate key inside a batch).
+        self._hidden: dict[Position, int] | None = None
         self._last_persisted_position: Position | None = None
         self._entries_since_snapshot = 0
         self.duplicates = 0
@@ -359,6 +378,8 @@ class IdempotencyWindow:
             for index, slot in ticket.slots():
                 table.persist(slot, ledger_id, entry_id, index)
         if ticket.hidden:
+            if self._hidden is None:
+                self._hidden = {}
             self._hidden[position] = ticket.hidden
             self.hidden_messages += ticket.hidden.bit_count()
         if table.durable > self._config.max_keys:
@@ -391,7 +412,7 @@ class IdempotencyWindow:
     def forget_hidden_before(self, first: Position | None) -> None:
         """Entries before ``first`` were trimmed from the log: their masks are not needed."""
         if first is None:
-            self._hidden.clear()
+            self._hidden = None
         elif self._hidden:
             self._hidden = {p: m for p, m in self._hidden.items() if p >= first}
 
@@ -418,7 +439,7 @@ class IdempotencyWindow:
         up to `last_persisted_position`; keys in flight are after it and replayed if they land."""
         records: list[tuple[bytes, int]] = self._table.snapshot_records()
         self._entries_since_snapshot = 0
-        return records, dict(self._hidden)
+        return records, dict(self._hidden) if self._hidden else {}
 
     @classmethod
     def restore(
@@ -442,7 +463,7 @@ class IdempotencyWindow:
             table.persist(table.add(digest, stamp), position.ledger_id, position.entry_id, index)
             last_stamp_ms = max(last_stamp_ms, packed & _STAMP_MASK)
         window._last_stamp = last_stamp_ms / 1000
-        window._hidden = dict(hidden)
+        window._hidden = dict(hidden) if hidden else None
         window._last_persisted_position = snapshot_position
         return window
 
@@ -479,6 +500,8 @@ class IdempotencyWindow:
                 table.discard(found)  # a single message re-sent after its key left: refreshed
             table.persist(table.add(digest, stamp), ledger_id, entry_id, index)
         if hidden:
+            if self._hidden is None:
+                self._hidden = {}
             self._hidden[position] = self._hidden.get(position, 0) | hidden
 
     def finish_replay(self) -> None:
@@ -514,7 +537,7 @@ class IdempotencyWindow:
             "duplicatesDropped": self.duplicates,
             "inFlightAnswers": self.in_flight_answers,
             "hiddenMessages": self.hidden_messages,
-            "entriesWithHiddenIndexes": len(self._hidden),
+            "entriesWithHiddenIndexes": len(self._hidden) if self._hidden else 0,
             "expiredKeys": self.expired,
             "evictedKeys": self.evicted,
             "replayedEntries": self.replayed_entries,

@@ -8,7 +8,8 @@ Blocks are evicted oldest-first once ``max_bytes`` is exceeded: tailing readers 
 so FIFO is the right policy for them ("LRU-ish").
 
 Thread-safe: flushes (worker thread) and reads (any thread) may interleave; a small internal
-lock guards the maps.
+lock guards the maps. The lock and the maps are made by the first ``put_block`` (issue #26: most
+loaded topics never write); until then every read is a miss, without a lock to take.
 """
 
 from __future__ import annotations
@@ -17,15 +18,24 @@ import threading
 from bisect import bisect_right
 from collections import OrderedDict
 
+from broker.storage.lock import first_lock
+
+_Blocks = OrderedDict[tuple[int, int], tuple[list[bytes], int]]
+#: The block starts of a ledger with none cached (shared, never written).
+_NO_STARTS: list[int] = []
+
 
 class EntryCache:
     """A byte-bounded FIFO of blocks ``(ledger_id, first_entry) -> [entry bytes, ...]``."""
 
+    __slots__ = ("_blocks", "_bytes", "_lock", "_max_bytes", "_starts", "hits", "misses")
+
     def __init__(self, max_bytes: int) -> None:
         self._max_bytes = max_bytes
-        self._lock = threading.Lock()
-        self._blocks: OrderedDict[tuple[int, int], tuple[list[bytes], int]] = OrderedDict()
-        self._starts: dict[int, list[int]] = {}  # ledger id -> first entries of its blocks
+        # All three made by the first put_block (module docstring).
+        self._lock: threading.Lock | None = None
+        self._blocks: _Blocks | None = None
+        self._starts: dict[int, list[int]] | None = None  # ledger id -> its blocks' first entries
         self._bytes = 0
         self.hits = 0
         self.misses = 0
@@ -44,30 +54,36 @@ class EntryCache:
             first_entry += 1
         if not entries:
             return
-        with self._lock:
+        with self._lock or first_lock(self, "_lock"):
+            if self._blocks is None or self._starts is None:
+                self._blocks, self._starts = OrderedDict(), {}
             self._blocks[(ledger_id, first_entry)] = (entries, total)
             self._starts.setdefault(ledger_id, []).append(first_entry)
             self._bytes += total
             while self._bytes > self._max_bytes:
-                self._evict_oldest()
+                self._evict_oldest(self._blocks, self._starts)
 
-    def _evict_oldest(self) -> None:
-        (ledger_id, first_entry), (_, size) = self._blocks.popitem(last=False)
-        starts = self._starts[ledger_id]
+    def _evict_oldest(self, blocks: _Blocks, all_starts: dict[int, list[int]]) -> None:
+        (ledger_id, first_entry), (_, size) = blocks.popitem(last=False)
+        starts = all_starts[ledger_id]
         starts.remove(first_entry)  # FIFO: it is the first one, so this is cheap
         if not starts:
-            del self._starts[ledger_id]
+            del all_starts[ledger_id]
         self._bytes -= size
 
     def get_run(self, ledger_id: int, first: int, stop: int) -> list[bytes | None]:
         """The cached entry (or None) for each entry id in ``first .. stop-1`` of a ledger."""
         found: list[bytes | None] = [None] * (stop - first)
-        with self._lock:
-            starts = self._starts.get(ledger_id, [])
+        lock = self._lock
+        if lock is None:  # nothing was ever cached
+            self.misses += len(found)
+            return found
+        with lock:
+            blocks, starts = self._blocks, self._starts_of(ledger_id)
             entry = first
             while entry < stop:
                 slot = bisect_right(starts, entry) - 1
-                block = self._blocks.get((ledger_id, starts[slot])) if slot >= 0 else None
+                block = blocks.get((ledger_id, starts[slot])) if slot >= 0 and blocks else None
                 if block is None or entry >= starts[slot] + len(block[0]):
                     entry += 1
                     continue
@@ -88,12 +104,15 @@ class EntryCache:
         the misses.
         """
         run: list[bytes] = []
-        with self._lock:
-            starts = self._starts.get(ledger_id, [])
+        lock = self._lock
+        if lock is None:  # nothing was ever cached
+            return run
+        with lock:
+            blocks, starts = self._blocks, self._starts_of(ledger_id)
             entry = first
             while entry < stop:
                 slot = bisect_right(starts, entry) - 1
-                block = self._blocks.get((ledger_id, starts[slot])) if slot >= 0 else None
+                block = blocks.get((ledger_id, starts[slot])) if slot >= 0 and blocks else None
                 if block is None or entry >= starts[slot] + len(block[0]):
                     break
                 offset = entry - starts[slot]
@@ -103,15 +122,27 @@ class EntryCache:
         self.hits += len(run)
         return run
 
+    def _starts_of(self, ledger_id: int) -> list[int]:
+        """The first entries of ``ledger_id``'s cached blocks (lock held; do not write)."""
+        starts = self._starts
+        return _NO_STARTS if starts is None else starts.get(ledger_id, _NO_STARTS)
+
     def discard_ledger(self, ledger_id: int) -> None:
         """Drop the entries of a trimmed ledger."""
-        with self._lock:
+        lock = self._lock
+        if lock is None:  # nothing was ever cached
+            return
+        with lock:
+            if self._blocks is None or self._starts is None:
+                return
             for first_entry in self._starts.pop(ledger_id, []):
                 _, size = self._blocks.pop((ledger_id, first_entry))
                 self._bytes -= size
 
     def clear(self) -> None:
-        with self._lock:
-            self._blocks.clear()
-            self._starts.clear()
+        lock = self._lock
+        if lock is None:  # nothing was ever cached
+            return
+        with lock:
+            self._blocks = self._starts = None  # the next put_block makes them again
             self._bytes = 0

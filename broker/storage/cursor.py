@@ -22,24 +22,35 @@ Rules:
 
 Thread safety: mutators run on one thread (the event loop); ``persist`` may run concurrently in
 a worker thread. A small lock makes the snapshot ``persist`` takes consistent.
+
+Memory (issue #26: a loaded topic holds two or three cursors, most of them never acked): the
+locks are made on first use (``lock.first_lock``), and an empty range set, batch map or
+property map is a shared empty one until the first write; the store is the registry's.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Protocol
 
 from broker.storage.cursor_file import CursorState, encode_cursor_state
 from broker.storage.cursor_names import cursor_file
 from broker.storage.errors import InvalidPositionError, LedgerClosedError
 from broker.storage.files import FileLayer, atomic_write
+from broker.storage.lock import first_lock
 from broker.storage.position import Position
 from broker.storage.ranges import PositionRangeSet
 
 log = logging.getLogger(__name__)
+
+#: What a cursor without individual acks holds: shared, never written (a write makes a new set).
+_NO_RANGES = PositionRangeSet()
+#: The properties of a mark-delete that attached none (shared, read-only).
+_NO_PROPERTIES: Mapping[str, int] = MappingProxyType({})
 
 
 class LedgerView(Protocol):
@@ -60,26 +71,23 @@ class LedgerView(Protocol):
 
 
 class CursorStore:
-    """Where and how a durable cursor persists (file path, file layer, bounds).
+    """Where and how the durable cursors of one ledger persist (file layer, bounds); one per
+    ledger, shared by its cursors (a store per cursor cost ~70 B per cursor, issue #26).
 
-    The path is made when it is needed, from the registry's cursors folder (one ``Path`` per
-    ledger, shared) and the cursor's name: a loaded topic holds two or three cursors, and a
-    ``Path`` per cursor costs more than the rest of the store."""
+    A file's path is made when it is written, from the ledger's folder and the cursor's name."""
 
-    __slots__ = ("_directory", "layer", "max_batch", "max_ranges", "name")
+    __slots__ = ("_ledger_directory", "layer", "max_batch", "max_ranges")
 
     def __init__(
-        self, layer: FileLayer, directory: Path, name: str, max_ranges: int, max_batch: int
+        self, layer: FileLayer, ledger_directory: Path, max_ranges: int, max_batch: int
     ) -> None:
         self.layer = layer
-        self._directory = directory
-        self.name = name
+        self._ledger_directory = ledger_directory
         self.max_ranges = max_ranges
         self.max_batch = max_batch
 
-    @property
-    def path(self) -> Path:
-        return cursor_file(self._directory.parent, self.name)
+    def path_of(self, name: str) -> Path:
+        return cursor_file(self._ledger_directory, name)
 
     def save(self, state: CursorState) -> None:
         if len(state.ranges) > self.max_ranges or len(state.batch) > self.max_batch:
@@ -93,7 +101,9 @@ class CursorStore:
                 len(state.batch),
             )
         atomic_write(
-            self.layer, self.path, encode_cursor_state(state, self.max_ranges, self.max_batch)
+            self.layer,
+            self.path_of(state.name),
+            encode_cursor_state(state, self.max_ranges, self.max_batch),
         )
 
 
@@ -133,12 +143,18 @@ class Cursor:
         self._ledger = ledger
         self._store = store
         self._persist_interval_s = persist_interval_s
-        self._lock = threading.Lock()
-        self._persist_lock = threading.Lock()
+        # Made on first use (module docstring): ``self._lock or first_lock(self, "_lock")``.
+        self._lock: threading.Lock | None = None
+        self._persist_lock: threading.Lock | None = None
         self._md = state.mark_delete
-        self._properties = dict(state.properties)
-        self._ranges = PositionRangeSet.from_sorted(state.ranges)
-        self._batch = {p: list(words) for p, words in state.batch.items()}
+        self._properties: Mapping[str, int] = (
+            dict(state.properties) if state.properties else _NO_PROPERTIES
+        )
+        self._ranges = PositionRangeSet.from_sorted(state.ranges) if state.ranges else _NO_RANGES
+        # None until the first batch ack set is held.
+        self._batch: dict[Position, list[int]] | None = (
+            {p: list(words) for p, words in state.batch.items()} if state.batch else None
+        )
         self._persisted_md = state.mark_delete
         self._dirty = False
         self._last_persist_at: float | None = None
@@ -181,7 +197,7 @@ class Cursor:
 
     def batch_ack_set(self, position: Position) -> list[int] | None:
         """The held PIP-54 ack set of ``position`` (set bit = unacked), None if none is held."""
-        words = self._batch.get(position)
+        words = self._batch.get(position) if self._batch else None
         return list(words) if words is not None else None
 
     def individually_deleted(self) -> list[tuple[Position, Position]]:
@@ -222,9 +238,9 @@ class Cursor:
         last = self._ledger.last_confirmed_position
         if position > self._md and (last is None or position > last):
             raise InvalidPositionError(f"mark-delete {position} is beyond the last entry {last}")
-        with self._lock:
+        with self._lock or first_lock(self, "_lock"):
             self._md = position
-            self._properties = dict(properties or {})
+            self._properties = dict(properties) if properties else _NO_PROPERTIES
             self._forget_through(position)
             self._advance()
             self._mark_dirty()
@@ -233,19 +249,22 @@ class Cursor:
     def delete(self, positions: Iterable[Position]) -> None:
         """Individual acks. Positions already deleted or never stored are ignored."""
         self._check_open()
-        with self._lock:
+        with self._lock or first_lock(self, "_lock"):
             changed = False
             for position in positions:
                 if position <= self._md or not self._ledger.has_entry(position):
                     continue
+                if self._ranges is _NO_RANGES:
+                    self._ranges = PositionRangeSet()
                 changed |= self._ranges.add(position)
-                changed |= self._batch.pop(position, None) is not None
+                if self._batch:
+                    changed |= self._batch.pop(position, None) is not None
             if not changed:
                 return
             before = self._md
             self._advance()
             if self._md != before:
-                self._properties = {}
+                self._properties = _NO_PROPERTIES
             self._mark_dirty()
         self._keep_read_position_ahead()
 
@@ -254,7 +273,7 @@ class Cursor:
         self._check_open()
         if self.is_deleted(position) or not self._ledger.has_entry(position):
             return
-        held = self._batch.get(position)
+        held = self._batch.get(position) if self._batch else None
         # Java BitSet.and: words past the shorter operand become zero (zip stops there).
         merged = (
             list(ack_set) if held is None else [a & b for a, b in zip(held, ack_set, strict=False)]
@@ -263,14 +282,18 @@ class Cursor:
             self.delete([position])
             return
         if merged != held:
-            with self._lock:
+            with self._lock or first_lock(self, "_lock"):
+                if self._batch is None:
+                    self._batch = {}
                 self._batch[position] = merged
                 self._mark_dirty()
 
     def _forget_through(self, position: Position) -> None:
-        self._ranges.remove_through(position)
-        for stale in [p for p in self._batch if p <= position]:
-            del self._batch[stale]
+        if self._ranges:  # an empty set (the shared one too) has nothing to remove
+            self._ranges.remove_through(position)
+        if self._batch:
+            for stale in [p for p in self._batch if p <= position]:
+                del self._batch[stale]
 
     def _advance(self) -> None:
         """Move the mark-delete over deleted ranges that now touch it (rule 2)."""
@@ -299,11 +322,11 @@ class Cursor:
         Clears individual and batch acks and properties; the read position becomes ``position``.
         """
         self._check_open()
-        with self._lock:
+        with self._lock or first_lock(self, "_lock"):
             self._md = position.previous()
-            self._ranges.clear()
-            self._batch.clear()
-            self._properties = {}
+            self._ranges = _NO_RANGES
+            self._batch = None
+            self._properties = _NO_PROPERTIES
             self._mark_dirty()
         self._read_position = position
 
@@ -334,36 +357,50 @@ class Cursor:
 
     def snapshot(self) -> CursorState:
         """A consistent copy of the persistable state."""
-        with self._lock:
+        with self._lock or first_lock(self, "_lock"):
             return self._snapshot_locked()
 
     def _snapshot_locked(self) -> CursorState:
+        batch = self._batch
         return CursorState(
             name=self.name,
             mark_delete=self._md,
             properties=dict(self._properties),
             ranges=list(self._ranges),
-            batch={p: list(words) for p, words in sorted(self._batch.items())},
+            batch={p: list(words) for p, words in sorted(batch.items())} if batch else {},
         )
 
     def persist(self) -> None:
         """Write the state atomically (no-op for a non-durable cursor). May run in a thread."""
         if self._store is None:
             return
-        with self._persist_lock:
+        with self._persist_lock or first_lock(self, "_persist_lock"):
             if self._closed:
                 return  # deleted or abandoned meanwhile: writing would resurrect its file
             # Snapshot and clean flag together: an ack landing in between (the event loop acks
             # while a worker thread persists) must leave the cursor dirty, or it is never saved.
-            with self._lock:
+            with self._lock or first_lock(self, "_lock"):
                 state = self._snapshot_locked()
                 self._dirty = False
-            try:
-                self._store.save(state)
-            except BaseException:
-                self._dirty = True
-                raise
-            self._persisted_md = state.mark_delete
+            self._save(self._store, state)
+
+    def persist_unshared(self) -> None:
+        """``persist`` for a cursor no other thread can reach yet (the registry's, before it
+        registers one it made or loaded): there is nothing to exclude, so no lock is made. A
+        loaded topic creates its dedup and idempotency cursors this way, and most never ack."""
+        if self._store is None:
+            return
+        state = self._snapshot_locked()
+        self._dirty = False
+        self._save(self._store, state)
+
+    def _save(self, store: CursorStore, state: CursorState) -> None:
+        try:
+            store.save(state)
+        except BaseException:
+            self._dirty = True
+            raise
+        self._persisted_md = state.mark_delete
 
     def _mark_dirty(self) -> None:
         """Unsaved changes (event-loop thread); the first one after a save tells ``on_dirty``
@@ -405,7 +442,7 @@ class Cursor:
     def _mark_closed(self) -> None:
         """Make the cursor unusable without persisting (deleted, or its ledger was deleted or
         abandoned). Waits for a persist running in another thread, so none starts after."""
-        with self._persist_lock:
+        with self._persist_lock or first_lock(self, "_persist_lock"):
             self._closed = True
 
     def _check_open(self) -> None:
@@ -421,26 +458,29 @@ class Cursor:
         log.warning(
             "cursor %r: mark-delete %s beyond recovered end %s; clamping", self.name, self._md, last
         )
-        with self._lock:
+        with self._lock or first_lock(self, "_lock"):
             self._md = last
-            self._properties = {}
-            self._ranges.clear()
-            self._batch.clear()
+            self._properties = _NO_PROPERTIES
+            self._ranges = _NO_RANGES
+            self._batch = None
             self._mark_dirty()
         self.was_clamped = True
         self._read_position = self._ledger.next_position(last)
 
     def _drop_beyond(self, last: Position) -> None:
         """Forget acks of positions past the recovered end (they name entries that are gone)."""
-        with self._lock:
+        if not self._ranges and not self._batch:
+            return  # the usual case: nothing held, so nothing to drop (and no lock to make)
+        with self._lock or first_lock(self, "_lock"):
             current = list(self._ranges)
             kept = [item for item in current if item.first <= last]
             if kept and kept[-1].last > last:
                 tail = kept.pop()
                 kept.append(tail._replace(last_entry=last.entry_id))
             if kept != current:
-                self._ranges = PositionRangeSet.from_sorted(kept)
+                self._ranges = PositionRangeSet.from_sorted(kept) if kept else _NO_RANGES
                 self._mark_dirty()
-            for position in [p for p in self._batch if p > last]:
+            for position in [p for p in self._batch or () if p > last]:
+                assert self._batch is not None
                 del self._batch[position]
                 self._mark_dirty()

@@ -56,28 +56,44 @@ def quarantine_cursor_file(ledger_directory: Path, name: str, layer: FileLayer) 
 
 
 class CursorRegistry:
-    """Creates, loads, lists and deletes a ledger's cursors."""
+    """Creates, loads, lists and deletes a ledger's cursors.
+
+    ``ledger_directory`` is the ledger's folder; the cursors folder under it is a ``Path`` made
+    when used (one kept per loaded topic cost ~300 B, issue #26)."""
 
     __slots__ = (
         "_config",
         "_cursors",
         "_layer",
         "_ledger",
-        "directory",
+        "_ledger_directory",
+        "_store",
+        "durable",
     )
 
     def __init__(
-        self, ledger: LedgerView, directory: Path, layer: FileLayer, config: LedgerConfig
+        self, ledger: LedgerView, ledger_directory: Path, layer: FileLayer, config: LedgerConfig
     ) -> None:
         self._ledger = ledger
-        self.directory = directory
+        self._ledger_directory = ledger_directory
         self._layer = layer
         self._config = config
         self._cursors: dict[str, Cursor] = {}
+        #: The durable cursors by name: a read-only live view, made once (a copy per call cost
+        #: a dict per housekeeping visit). Iterate a copy (``list(...)``) off the event loop,
+        #: where cursors are added and removed.
+        self.durable: Mapping[str, Cursor] = MappingProxyType(self._cursors)
+        self._store = CursorStore(
+            layer,
+            ledger_directory,
+            config.max_unacked_ranges_to_persist,
+            config.max_batch_deleted_index_to_persist,
+        )
 
     @property
-    def durable(self) -> Mapping[str, Cursor]:
-        return MappingProxyType(dict(self._cursors))
+    def directory(self) -> Path:
+        """The cursors folder."""
+        return self._ledger_directory / CURSOR_DIR
 
     def get(self, name: str) -> Cursor | None:
         return self._cursors.get(name)
@@ -88,12 +104,12 @@ class CursorRegistry:
         return [c.persisted_mark_delete_position for c in list(self._cursors.values())]
 
     def path_of(self, name: str) -> Path:
-        return cursor_file(self.directory.parent, name)
+        return cursor_file(self._ledger_directory, name)
 
     def create(self, name: str, mark_delete: Position) -> Cursor:
         """A new durable cursor, persisted before it is returned."""
         cursor = self.new(name, mark_delete)
-        cursor.persist()
+        cursor.persist_unshared()  # not registered yet: no other thread can reach it
         return self.register(cursor)
 
     def new(self, name: str, mark_delete: Position) -> Cursor:
@@ -133,8 +149,9 @@ class CursorRegistry:
 
     def load_all(self, last: Position) -> None:
         """Load every cursor file; ``last`` is the last durable position after recovery."""
-        upgrade_cursor_names(self.directory, self._layer)
-        for path in cursor_files(self.directory):
+        directory = self.directory
+        upgrade_cursor_names(directory, self._layer)
+        for path in cursor_files(directory):
             state = decode_cursor_state(read_file(path), path)
             if self.path_of(state.name) != path:
                 raise CorruptCursorError(path, 0, f"file holds cursor {state.name!r}")
@@ -144,7 +161,7 @@ class CursorRegistry:
             else:
                 cursor._drop_beyond(last)
             if cursor.dirty:
-                cursor.persist()
+                cursor.persist_unshared()  # registered just below
             self._cursors[state.name] = cursor
 
     def close_all(self) -> OSError | None:
@@ -164,17 +181,10 @@ class CursorRegistry:
         self._cursors.clear()
 
     def _make(self, state: CursorState) -> Cursor:
-        store = CursorStore(
-            self._layer,
-            self.directory,
-            state.name,
-            self._config.max_unacked_ranges_to_persist,
-            self._config.max_batch_deleted_index_to_persist,
-        )
         return Cursor(
             state.name,
             self._ledger,
             state,
-            store=store,
+            store=self._store,
             persist_interval_s=self._config.persist_interval_s,
         )

@@ -36,7 +36,7 @@ from broker.storage.buckets import BucketsSnapshot
 from broker.storage.cache import EntryCache
 from broker.storage.config import LedgerConfig
 from broker.storage.cursor import Cursor
-from broker.storage.cursor_registry import CURSOR_DIR, CursorRegistry
+from broker.storage.cursor_registry import CursorRegistry
 from broker.storage.errors import LedgerClosedError
 from broker.storage.files import (
     OS_FILES,
@@ -89,7 +89,7 @@ class Ledger:
         self._writer = LedgerWriter(
             directory, config, layer, preallocator, self._table, self._cache, self._meta, clock
         )
-        self._cursors = CursorRegistry(self, directory / CURSOR_DIR, layer, config)
+        self._cursors = CursorRegistry(self, directory, layer, config)
 
     # ==================================================================== open / close
 
@@ -123,10 +123,11 @@ class Ledger:
         return ledger
 
     def _recover(self) -> None:
+        cursors_directory = self._cursors.directory
         ensure_directory(self._layer, self.directory)
-        ensure_directory(self._layer, self._cursors.directory)
+        ensure_directory(self._layer, cursors_directory)
         remove_temp_files(self._layer, self.directory)
-        remove_temp_files(self._layer, self._cursors.directory)
+        remove_temp_files(self._layer, cursors_directory)
         meta = self._meta.load()
         self._meta.adopt()
         verify = self.config.verify_sealed_on_open
@@ -352,7 +353,8 @@ class Ledger:
 
     @property
     def cursors(self) -> Mapping[str, Cursor]:
-        """The durable cursors by name."""
+        """The durable cursors by name: a live read-only view (no copy per call), changed by
+        the event loop; a disk thread iterates a copy of it (``list(...values())``)."""
         return self._cursors.durable
 
     def open_cursor(

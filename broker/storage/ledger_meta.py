@@ -7,7 +7,8 @@ Every rewrite builds the whole document from the current state plus the requeste
 replaces the file atomically (``files.atomic_write``). Writers hold ``lock`` across "write the
 file, then apply the change in memory", so concurrent rewrites (a seal from the flush thread, a
 property change or a trim from the event loop) never lose each other's updates, and memory never
-runs ahead of the disk.
+runs ahead of the disk. The lock is made on first use (``lock.first_lock``): most loaded topics
+never rewrite the file.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from broker.storage.ledger_meta_file import (
     metadata_file_name,
     metadata_files,
 )
+from broker.storage.lock import first_lock
 from broker.storage.position import Position
 
 
@@ -34,6 +36,17 @@ class MetadataStore:
 
     ``epoch`` (cluster mode) names the file this owner writes; see ``metadata_file_name``.
     """
+
+    __slots__ = (
+        "_epoch",
+        "_layer",
+        "_loaded",
+        "_lock",
+        "_sealed_infos",
+        "directory",
+        "last_trimmed",
+        "properties",
+    )
 
     def __init__(
         self,
@@ -44,12 +57,17 @@ class MetadataStore:
     ) -> None:
         self.directory = directory
         self._epoch = epoch
-        self.lock = threading.Lock()
+        self._lock: threading.Lock | None = None
         self.properties: dict[str, int] = {}
         self.last_trimmed: Position | None = None
         self._layer = layer
         self._sealed_infos = sealed_infos
         self._loaded: LedgerMetadata | None = None
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Held across "write the file, then apply the change in memory" (module docstring)."""
+        return self._lock or first_lock(self, "_lock")
 
     @property
     def path(self) -> Path:
@@ -66,7 +84,9 @@ class MetadataStore:
             meta = LedgerMetadata()
         else:
             meta = decode_metadata(data, path)
-        self.properties = dict(meta.properties)
+        # Not a copy: the document is ours (decoded just now) and is let go by ``adopt``, and a
+        # change replaces the dict rather than writing into it.
+        self.properties = meta.properties
         self.last_trimmed = meta.last_trimmed
         self._loaded = meta
         return meta
@@ -81,12 +101,13 @@ class MetadataStore:
         crash in between leaves our file (same content) current. Nothing to do in the usual
         case: only our own file, or none.
         """
+        loaded, self._loaded = self._loaded, None  # needed only here (~200 B per topic)
+        assert loaded is not None, "adopt() before load()"
         others = [path for _rank, path in metadata_files(self.directory) if path != self.path]
         if not others:
             return
         if current_metadata_path(self.directory) != self.path:
-            assert self._loaded is not None, "adopt() before load()"
-            atomic_write(self._layer, self.path, encode_metadata(self._loaded))
+            atomic_write(self._layer, self.path, encode_metadata(loaded))
         for path in others:
             unlink_durably(self._layer, path)
 

@@ -43,6 +43,8 @@ class EntryRange(NamedTuple):
 class PositionRangeSet:
     """A sorted set of positions stored as coalesced inclusive ranges."""
 
+    __slots__ = ("_ranges",)
+
     def __init__(self) -> None:
         self._ranges: list[EntryRange] = []
 

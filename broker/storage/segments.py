@@ -24,6 +24,7 @@ class SegmentTable:
     """Durable segments in ledger-id order, with the queries cursors and readers need."""
 
     __slots__ = (
+        "_ids",
         "_lock",
         "_segments",
     )
@@ -31,6 +32,10 @@ class SegmentTable:
     def __init__(self, segments: Iterable[Segment] = ()) -> None:
         self._lock = threading.Lock()
         self._segments = sorted(segments, key=lambda s: s.ledger_id)
+        # The segments' ledger ids, in the same order, for bisecting (``_from``: a position
+        # query per acknowledged message must not build this list each time). A tuple: the
+        # empty one is shared, and it is replaced whole, only when segments come and go.
+        self._ids = tuple(s.ledger_id for s in self._segments)
 
     # -- mutation ------------------------------------------------------------------------
 
@@ -38,10 +43,12 @@ class SegmentTable:
         with self._lock:
             self._segments.append(segment)
             self._segments.sort(key=lambda s: s.ledger_id)
+            self._ids = tuple(s.ledger_id for s in self._segments)
 
     def remove(self, ledger_ids: set[int]) -> None:
         with self._lock:
             self._segments = [s for s in self._segments if s.ledger_id not in ledger_ids]
+            self._ids = tuple(s.ledger_id for s in self._segments)
 
     def commit(self, segment: Segment, offsets: list[int], nbytes: int, new_crc: int) -> None:
         """Publish entries that just became durable in ``segment``."""
@@ -153,5 +160,4 @@ class SegmentTable:
 
     def _from(self, ledger_id: int) -> list[Segment]:
         """Segments with id >= ``ledger_id`` (lock held)."""
-        ids = [s.ledger_id for s in self._segments]
-        return self._segments[bisect_left(ids, ledger_id) :]
+        return self._segments[bisect_left(self._ids, ledger_id) :]

@@ -21,7 +21,8 @@ even the truncation *and* the process then dies, records of the failed batch tha
 file are valid and come back after the restart, as in any log without a commit record; dedup
 replay then sees them, so a producer's retry is answered as a duplicate.
 
-Lock order: flush lock -> metadata lock -> append lock -> (table lock, cache lock).
+Lock order: flush lock -> metadata lock -> append lock -> (table lock, cache lock). The two
+locks here are made on first use (``lock.first_lock``): most loaded topics never append.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from broker.storage.config import MAX_ENTRY_BYTES, LedgerConfig
 from broker.storage.errors import LedgerClosedError, LedgerFlushError
 from broker.storage.files import TEMP_SUFFIX, FileLayer, segment_file_name, unlink_durably
 from broker.storage.ledger_meta import MetadataStore
+from broker.storage.lock import first_lock
 from broker.storage.position import Position
 from broker.storage.recovery import RECORD_HEADER_SIZE, encode_records
 from broker.storage.segment import HEADER_SIZE, Segment, preallocate_file
@@ -54,6 +56,33 @@ _MIN_EXTEND_BYTES = 64 * 1024
 
 class LedgerWriter:
     """Appends, group-commit flushes, rolls and seals for one ledger directory."""
+
+    __slots__ = (
+        "_active",
+        "_cache",
+        "_clock",
+        "_config",
+        "_directory",
+        "_flush_lock",
+        "_layer",
+        "_lock",
+        "_meta",
+        "_must_roll",
+        "_next_ledger_id",
+        "_pending",
+        "_preallocator",
+        "_spare",
+        "_table",
+        "_tail_bytes",
+        "_tail_entries",
+        "_tail_ledger_id",
+        "closed",
+        "fence",
+        "group_entries",
+        "last_confirmed",
+        "last_position",
+        "sync_latency_ms",
+    )
 
     def __init__(
         self,
@@ -74,8 +103,10 @@ class LedgerWriter:
         self._cache = cache
         self._meta = meta
         self._clock = clock
-        self._lock = threading.Lock()  # the append side: buffer, tail, spare; swaps only
-        self._flush_lock = threading.Lock()  # one flush (and roll, seal) at a time
+        # The append side (buffer, tail, spare; swaps only), and one flush (and roll, seal) at
+        # a time: ``self._lock or first_lock(self, "_lock")`` (module docstring).
+        self._lock: threading.Lock | None = None
+        self._flush_lock: threading.Lock | None = None
         self._pending: list[tuple[Position, bytes]] = []
         self._tail_ledger_id = 0
         self._tail_entries = 0
@@ -112,14 +143,14 @@ class LedgerWriter:
 
     def close_appends(self) -> bool:
         """Refuse further appends; False if that was already the case."""
-        with self._lock:
+        with self._lock or first_lock(self, "_lock"):
             if self.closed:
                 return False
             self.closed = True
             return True
 
     def drop_pending(self) -> None:
-        with self._lock:
+        with self._lock or first_lock(self, "_lock"):
             self.closed = True
             self._pending = []
 
@@ -130,7 +161,7 @@ class LedgerWriter:
         if len(data) > MAX_ENTRY_BYTES:
             raise ValueError(f"entry of {len(data)} bytes exceeds {MAX_ENTRY_BYTES}")
         record_size = RECORD_HEADER_SIZE + len(data)
-        with self._lock:
+        with self._lock or first_lock(self, "_lock"):
             if self.closed:
                 raise LedgerClosedError(f"ledger {self._directory} is closed")
             if self._must_roll or (self._tail_entries and self._tail_is_full(record_size)):
@@ -157,7 +188,7 @@ class LedgerWriter:
         new_position = tuple.__new__  # Position is a NamedTuple: skip its Python-level __new__
         max_entries = self._config.max_entries_per_ledger
         max_bytes = self._config.max_size_per_ledger_bytes
-        with self._lock:
+        with self._lock or first_lock(self, "_lock"):
             if self.closed:
                 raise LedgerClosedError(f"ledger {self._directory} is closed")
             # The tail's counters in locals: the same decisions as ``append``, entry by entry.
@@ -223,8 +254,8 @@ class LedgerWriter:
 
     def flush(self) -> Position | None:
         """See ``Ledger.flush``."""
-        with self._flush_lock:
-            with self._lock:
+        with self._flush_lock or first_lock(self, "_flush_lock"):
+            with self._lock or first_lock(self, "_lock"):
                 batch, self._pending = self._pending, []
             if not batch:
                 return self.last_confirmed
@@ -263,7 +294,7 @@ class LedgerWriter:
             self.fence()
         if self._active is not None:
             self._seal_active()
-        with self._lock:
+        with self._lock or first_lock(self, "_lock"):
             spare, self._spare = self._spare, None
         # A spare still queued behind other ledgers' jobs is not worth waiting for: cancel it
         # and start with a plain file (extended ahead later). One being filled is nearly done.
@@ -272,12 +303,12 @@ class LedgerWriter:
         segment = Segment.create(self._layer, path, ledger_id, spare_path)
         self._table.add(segment)
         self._active = segment
-        with self._lock:
+        with self._lock or first_lock(self, "_lock"):
             self._maybe_request_spare()  # the tail may already be half way to the next roll
 
     def seal_active(self) -> None:
         """Seal the active segment, if any (close path)."""
-        with self._flush_lock:
+        with self._flush_lock or first_lock(self, "_flush_lock"):
             if self._active is not None:
                 self._seal_active()
 
@@ -301,7 +332,7 @@ class LedgerWriter:
 
     def _discard_after_failure(self, exc: OSError) -> Position | None:
         """Forget everything not durable and cut the failed segment back (flush lock held)."""
-        with self._lock:
+        with self._lock or first_lock(self, "_lock"):
             last_confirmed = self.last_confirmed
             discarded = self.last_position if self.last_position != last_confirmed else None
             self._pending = []
@@ -319,8 +350,8 @@ class LedgerWriter:
 
     def release(self, remove_spare: bool) -> None:
         """Drop the spare and the write descriptor; write nothing else."""
-        with self._flush_lock:
-            with self._lock:
+        with self._flush_lock or first_lock(self, "_flush_lock"):
+            with self._lock or first_lock(self, "_lock"):
                 spare, self._spare = self._spare, None
             if spare is not None:
                 wait([spare])  # never leave the worker writing into a released directory

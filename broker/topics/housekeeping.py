@@ -108,9 +108,9 @@ class Housekeeping:
         self._turns.pop(id(topic), None)
 
     def _schedule(self, topic: Chores, now: float, period: float) -> None:
-        due = now + period
-        self._turns[id(topic)] = (topic, due, period)
-        heapq.heappush(self._heap, (due, next(self._order), id(topic)))
+        due, key = now + period, id(topic)  # one int object for both (32 B per topic)
+        self._turns[key] = (topic, due, period)
+        heapq.heappush(self._heap, (due, next(self._order), key))
 
     async def _run(self) -> None:
         while self._turns:

@@ -852,6 +852,34 @@ def test_chunk_progress_survives_snapshot_and_replay(log: FakeLog) -> None:
     ]
 
 
+def test_chunk_progress_is_made_by_the_first_chunk(log: FakeLog) -> None:
+    """Issue #26: a topic that never sees a chunked message holds no chunk state, through a
+    recovery, snapshots, write failures and purges; the first chunk makes it."""
+    dedup: MessageDeduplication[tuple[int, int]] = MessageDeduplication.begin_recovery({})
+    dedup.replay([("p", 5, 5)])
+    dedup.finish_recovery(now=0.0)
+    publish(dedup, log, "p", 6)
+    dedup.on_write_failed()
+    snapshot = dedup.snapshot()
+    dedup.producer_disconnected("q", now=0.0)
+    dedup.purge_inactive(now=10.0, timeout_s=1.0)
+    assert dedup._chunks is None
+    assert dedup.stats()["chunked_messages_in_flight"] == 0
+    recovered: MessageDeduplication[tuple[int, int]] = MessageDeduplication.begin_recovery(snapshot)
+    recovered.finish_recovery(now=0.0)
+    assert recovered._chunks is None
+    assert publish_chunk(dedup, log, "p", 7, 0, 2) is NOT_DUP
+    assert dedup._chunks is not None
+    assert dedup.check_chunk("p", 7, 0, False) is DUP
+    with_chunk = dedup.snapshot()
+    again: MessageDeduplication[tuple[int, int]] = MessageDeduplication.begin_recovery(with_chunk)
+    assert again._chunks is not None  # the snapshot carried the chunk progress
+    again.finish_recovery(now=0.0)
+    assert again.check_chunk("p", 7, 0, False) is DUP
+    dedup.clear()
+    assert dedup._chunks is None
+
+
 def test_replay_drops_progress_of_a_message_completed_later(log: FakeLog) -> None:
     recovered: MessageDeduplication[tuple[int, int]] = MessageDeduplication.begin_recovery({})
     recovered.replay_chunk("p", 7, 0)

@@ -187,6 +187,25 @@ def test_disabled_window_checks_nothing_but_keeps_hidden_indexes() -> None:
     assert w.hidden_indexes(P(1, 1)) == 0b10
 
 
+def test_the_hidden_map_is_made_by_the_first_hidden_index() -> None:
+    """Issue #26: a window without hidden indexes holds no map, restored or not; the first
+    duplicate inside a batch makes it, trimming everything lets it go."""
+    w = window()
+    store(w, ["a"], P(1, 0))
+    assert w._hidden is None
+    assert w.snapshot_records()[1] == {}
+    assert IdempotencyWindow.restore([], {})._hidden is None
+    w.on_persisted(w.admit(w.check(["b", "a"])), P(1, 1))
+    assert w._hidden == {P(1, 1): 0b10}
+    assert w.snapshot_records()[1] == {P(1, 1): 0b10}
+    w.forget_hidden_before(P(1, 1))
+    assert w.hidden_indexes(P(1, 1)) == 0b10
+    w.forget_hidden_before(None)
+    assert w._hidden is None
+    assert w.hidden_indexes(P(1, 1)) == 0
+    assert w.stats()["entriesWithHiddenIndexes"] == 0
+
+
 @pytest.mark.parametrize(
     ("ack_set", "hidden", "size", "expected"),
     [

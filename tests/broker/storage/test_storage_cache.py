@@ -60,3 +60,30 @@ def test_clear_and_counters() -> None:
     cache.clear()
     assert cache.get_run(1, 0, 2) == [None, None]
     assert cache.size_bytes == 0
+
+
+def test_the_lock_and_maps_are_made_by_the_first_put() -> None:
+    """Issue #26: an idle topic's cache holds no lock and no map; reads before the first put
+    miss (and are counted), trimming and clearing it make nothing."""
+    cache = EntryCache(100)
+    assert (cache._lock, cache._blocks, cache._starts) == (None, None, None)
+    assert cache.get_run(1, 0, 2) == [None, None]
+    assert cache.cached_run(1, 0, 2) == []
+    cache.discard_ledger(1)
+    cache.clear()
+    assert (cache._lock, cache._blocks, cache._starts) == (None, None, None)
+    assert (cache.hits, cache.misses, cache.size_bytes) == (0, 2, 0)
+    cache.put_block(1, 0, [b"a", b"b"])
+    assert cache._lock is not None
+    assert cache.cached_run(1, 0, 5) == [b"a", b"b"]
+    assert cache.get_run(2, 0, 1) == [None]
+    cache.clear()  # lets the maps go; the next put makes them again, with the same lock
+    lock = cache._lock
+    assert (cache._blocks, cache._starts) == (None, None)
+    assert cache.get_run(1, 0, 1) == [None]
+    cache.put_block(1, 2, [b"c"])
+    assert cache._lock is lock
+    assert cache.get_run(1, 2, 3) == [b"c"]
+    cache.discard_ledger(1)
+    assert cache.get_run(1, 2, 3) == [None]
+    assert cache.size_bytes == 0

@@ -20,6 +20,7 @@ from broker.storage import (
     LedgerConfig,
     Position,
 )
+from broker.storage import cursor as cursor_module
 from broker.storage.cursor_file import decode_cursor_state
 from broker.storage.files import read_file
 from protocol.enums import InitialPosition
@@ -392,3 +393,72 @@ class CursorModel(RuleBasedStateMachine):
 
 CursorModel.TestCase.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
 TestCursorModel = CursorModel.TestCase
+
+
+def _lazy_parts(cursor: Cursor) -> dict[str, bool]:
+    """Which of the parts an unacked cursor must not hold it holds (True: made)."""
+    return {
+        "lock": cursor._lock is not None,
+        "persist lock": cursor._persist_lock is not None,
+        "range set": cursor._ranges is not cursor_module._NO_RANGES,
+        "batch map": cursor._batch is not None,
+        "properties": cursor._properties is not cursor_module._NO_PROPERTIES,
+    }
+
+
+NOTHING_MADE = dict.fromkeys(
+    ("lock", "persist lock", "range set", "batch map", "properties"), False
+)
+
+
+def test_a_new_or_reloaded_cursor_without_acks_holds_no_lock_set_or_map(tmp_path: Path) -> None:
+    """Issue #26: a loaded topic's cursors (dedup, idempotency) are created and persisted at
+    load and mostly never acked; their locks, range set, batch map and properties are made by
+    the first write, and the two share the ledger's store."""
+    ledger, p = _filled(tmp_path / "t", 6)
+    a = ledger.open_cursor("a", InitialPosition.Earliest)
+    b = ledger.open_cursor("b")
+    assert _lazy_parts(a) == _lazy_parts(b) == NOTHING_MADE
+    assert a._store is b._store
+    assert (tmp_path / "t" / "cursors").is_dir()
+    # No Path of its own: the cursors folder and files are named from the ledger's when used.
+    assert a._store is not None
+    assert a._store._ledger_directory is ledger.directory
+    a.delete([p[2]])
+    assert _lazy_parts(a) == {**NOTHING_MADE, "lock": True, "range set": True}
+    assert a.individually_deleted() == [(p[2], p[2])]
+    a.delete_batch_indexes(p[4], [0b101])
+    assert a.batch_ack_set(p[4]) == [0b101]
+    assert _lazy_parts(a)["batch map"]
+    a.mark_delete(p[0], {"k": 1})
+    assert a.properties == {"k": 1}
+    a.persist()
+    assert _lazy_parts(a)["persist lock"]
+    assert _lazy_parts(b) == NOTHING_MADE  # the shared empty ones were never written
+    assert len(cursor_module._NO_RANGES) == 0
+    assert dict(cursor_module._NO_PROPERTIES) == {}
+    a.reset(p[1])  # back to the shared empty ones, the locks stay
+    assert _lazy_parts(a) == {**NOTHING_MADE, "lock": True, "persist lock": True}
+    assert (a.individually_deleted(), a.batch_ack_set(p[4]), a.properties) == ([], None, {})
+    a.delete([p[3]])
+    a.mark_delete(p[1], {"k": 2})
+    ledger.close()
+
+    reopened = _open(tmp_path / "t")
+    again, other = reopened.cursors["a"], reopened.cursors["b"]
+    assert again.individually_deleted() == [(p[3], p[3])]
+    assert again.properties == {"k": 2}
+    # Acks held: recovery checks them against the recovered end, under the lock.
+    assert _lazy_parts(again) == {
+        **NOTHING_MADE,
+        "lock": True,
+        "range set": True,
+        "properties": True,
+    }
+    assert _lazy_parts(other) == NOTHING_MADE
+    assert again.mark_delete_position == p[1]
+    again.delete([p[2]])  # closes the gap: the mark-delete moves over both
+    assert again.mark_delete_position == p[3]
+    assert again.individually_deleted() == []
+    assert again.properties == {}
+    reopened.close()

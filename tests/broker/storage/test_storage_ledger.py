@@ -15,6 +15,7 @@ import pytest
 
 from broker.storage import Ledger, LedgerConfig, Position
 from broker.storage.position import BEFORE_EVERYTHING
+from protocol.enums import InitialPosition
 from tests.broker.storage.faults import FaultyLayer, InlineExecutor, NoSyncLayer
 
 T = TypeVar("T")
@@ -320,3 +321,63 @@ def test_a_spare_never_replaces_an_existing_segment(tmp_path: Path) -> None:
     assert not spare.exists()
     assert (tmp_path / segment_file_name(8)).stat().st_size == 4096
     fresh.close()
+
+
+def test_an_idle_ledger_holds_no_writer_or_metadata_lock(tmp_path: Path) -> None:
+    """Issue #26: opening a ledger (a topic's load) makes neither writer lock, the metadata
+    lock nor the entry cache's, and keeps no decoded metadata document; the first append,
+    flush and property change make them."""
+    config = LedgerConfig(max_entries_per_ledger=2, preallocate_bytes=0)
+    ledger = _open(tmp_path / "t", config)
+    ledger.open_cursor("c")
+    writer, meta, cache = ledger._writer, ledger._meta, ledger._cache
+    assert (writer._lock, writer._flush_lock, meta._lock, cache._lock) == (None,) * 4
+    assert meta._loaded is None
+    ledger.set_property("p", 1)
+    assert meta._lock is not None
+    positions = [ledger.append(b"e%d" % i) for i in range(5)]  # three ledgers: two seals
+    assert writer._lock is not None
+    assert ledger.flush() == positions[-1]
+    assert (writer._flush_lock, cache._lock) != (None, None)
+    ledger.close()
+    reopened = _open(tmp_path / "t", config)
+    assert reopened.properties == {"p": 1}
+    assert [entry for _, entry in reopened.read(positions[0], 10)] == [b"e%d" % i for i in range(5)]
+    reopened.close()
+
+
+def test_position_queries_follow_segments_added_and_trimmed(tmp_path: Path) -> None:
+    """The segment table bisects a list of ledger ids kept with its segments (no list built
+    per query): it must follow every segment added, sealed and trimmed."""
+    config = LedgerConfig(max_entries_per_ledger=2, preallocate_bytes=0)
+    ledger = _open(tmp_path / "t", config)
+    cursor = ledger.open_cursor("c", InitialPosition.Earliest)
+    positions = [ledger.append(b"e%d" % i) for i in range(7)]  # ledgers 1, 2, 3, 4
+    ledger.flush()
+    table = ledger._table
+    assert table._ids == tuple(s.ledger_id for s in table.all()) == (1, 2, 3, 4)
+    assert [ledger.next_position(p) for p in positions[:-1]] == positions[1:]
+    assert all(ledger.has_entry(p) for p in positions)
+    assert not ledger.has_entry(Position(2, 2))
+    assert ledger.entry_count_between(positions[1], positions[5]) == 5
+    cursor.mark_delete(positions[3])
+    cursor.persist()
+    assert ledger.trim() == 2
+    assert table._ids == (3, 4)
+    assert not ledger.has_entry(positions[0])
+    assert ledger.next_position(positions[0]) == positions[4]
+    assert ledger.read(positions[0], 1) == [(positions[4], b"e4")]
+    ledger.close()
+
+
+def test_cursors_is_a_live_read_only_view(tmp_path: Path) -> None:
+    ledger = _open(tmp_path / "t", LedgerConfig(preallocate_bytes=0))
+    view = ledger.cursors
+    assert ledger.cursors is view  # made once, not copied per call
+    cursor = ledger.open_cursor("c")
+    assert dict(view) == {"c": cursor}
+    with pytest.raises(TypeError):
+        view["d"] = cursor  # type: ignore[index]
+    ledger.delete_cursor("c")
+    assert dict(view) == {}
+    ledger.close()

@@ -4,9 +4,10 @@ one descriptor (``LockTable``), and still exclude the repair tool's, even in thi
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
-from broker.storage.lock import LOCKS_FILE_NAME, LedgerLock, LockTable
+from broker.storage.lock import LOCKS_FILE_NAME, LedgerLock, LockTable, first_lock
 from protocol.topic_name import folder_name, part_from_folder_name
 
 
@@ -72,3 +73,35 @@ def test_no_topic_folder_can_take_the_name_of_the_locks_file() -> None:
     for spelling in (LOCKS_FILE_NAME, LOCKS_FILE_NAME.lower(), LOCKS_FILE_NAME.upper()):
         assert part_from_folder_name(spelling) is None
     assert folder_name("ledger.locks") != LOCKS_FILE_NAME
+
+
+class _Holder:
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock: threading.Lock | None = None
+
+
+def test_first_lock_makes_one_lock_even_when_threads_race() -> None:
+    """Made on first use (issue #26), once: every thread asking at once gets the same lock."""
+    holders = [_Holder() for _ in range(200)]
+    start = threading.Barrier(4)
+    seen: list[list[threading.Lock]] = [[] for _ in range(4)]
+
+    def ask(index: int) -> None:
+        start.wait()
+        seen[index].extend(h._lock or first_lock(h, "_lock") for h in holders)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for index in range(1, 4):
+        assert all(a is b for a, b in zip(seen[0], seen[index], strict=True))
+    assert all(h._lock is seen[0][i] for i, h in enumerate(holders))
+    assert len({id(lock) for lock in seen[0]}) == len(holders)
+    held = holders[0]._lock
+    assert held is not None
+    with held:  # a real lock: a second acquire would block
+        assert not held.acquire(blocking=False)
