@@ -186,6 +186,7 @@ class Acknowledger:
         simple = self._dead_letter is None and not self._config.batch_index_ack_enabled
         batch_ack = self._batches.ack
         add_entry = self._acks.add_entry
+        forget = self.redelivery.forget
         acknowledge = self.acknowledge
         popleft = pending.popleft
         acknowledge_message = self.acknowledge_message
@@ -197,11 +198,16 @@ class Acknowledger:
             key, batch_index, batch_size, cluster = item.ack_position()
             if cluster != self._cluster and self._left(cluster):
                 continue
-            if simple and batch_index >= 0 and batch_size > 0:
-                if not batch_ack(key, batch_index, batch_size):  # the entry is done
+            if simple:
+                if batch_index >= 0 and batch_size > 0:
+                    if not batch_ack(key, batch_index, batch_size):  # the entry is done
+                        add_entry(key)
+                        forget(key)
+                    continue
+                if not item.is_chunked():  # a whole entry (``acknowledge_message``'s last case)
                     add_entry(key)
-                    self._untrack(key)
-                continue
+                    forget(key)
+                    continue
             acknowledge_message(item)
 
     def acknowledge_cumulative(self, message_id: MessageId) -> None:

@@ -52,7 +52,7 @@ class Consumer:
     """Blocking consumer (``pulsar.Consumer``'s API) over an ``AsyncConsumer``.
 
     Acknowledgements are handed to the loop without waiting (as the official ones are
-    asynchronous), within 2 ms and many at a time; they are sent in the order they were made,
+    asynchronous), within 0.5 ms and many at a time; they are sent in the order they were made,
     and before anything this consumer does next that waits for the loop (``close``,
     ``get_last_message_id``...).
     """
