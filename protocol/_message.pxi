@@ -285,22 +285,22 @@ cdef bint _complete_properties(const uint8_t *p, const uint8_t *end) noexcept no
     return True
 
 
-cdef object _decoded(object entry, bint plain_wanted):
-    """The body of ``decode_entry`` and ``decode_entry_plain``; None: the reference decides."""
-    cdef _Facts facts
+cdef Py_ssize_t _checked_metadata(object entry, _Facts *facts) except -2:
+    """The walk ``decode_entry`` and its kin share: the metadata's size when the entry is
+    ``bytes`` whose metadata the walk accepts and whose checks (required fields, UTF-8 names,
+    complete properties) pass, with ``facts`` filled in; -1 otherwise (the caller declines)."""
     cdef Py_ssize_t size
     cdef uint32_t metadata_size
     cdef const uint8_t *base
-    cdef bint plain
     if type(entry) is not bytes:
-        return None
+        return -1
     size = PyBytes_GET_SIZE(entry)
     base = <const uint8_t *>PyBytes_AS_STRING(entry)
     if size < 4:
-        return None
+        return -1
     metadata_size = _be32(base)
     if metadata_size > <uint64_t>(size - 4):
-        return None
+        return -1
     facts.name = NULL
     facts.key = NULL
     facts.uuid = NULL
@@ -309,7 +309,7 @@ cdef object _decoded(object entry, bint plain_wanted):
     facts.has_in_batch = facts.has_compression = False
     facts.num_chunks = 0
     if (
-        not _walk_metadata(base + 4, base + 4 + metadata_size, &facts)
+        not _walk_metadata(base + 4, base + 4 + metadata_size, facts)
         or facts.name == NULL
         or not facts.has_sequence
         or not facts.has_publish_time
@@ -317,13 +317,30 @@ cdef object _decoded(object entry, bint plain_wanted):
         or (facts.key != NULL and not _utf8(facts.key, facts.key_size))
         or not _complete_properties(base + 4, base + 4 + metadata_size)
     ):
+        return -1
+    return metadata_size
+
+
+cdef inline object _metadata_bytes(object entry, Py_ssize_t metadata_size):
+    return PyBytes_FromStringAndSize(PyBytes_AS_STRING(entry) + 4, metadata_size)
+
+
+cdef inline object _payload_bytes(object entry, Py_ssize_t metadata_size):
+    return PyBytes_FromStringAndSize(
+        PyBytes_AS_STRING(entry) + 4 + metadata_size,
+        PyBytes_GET_SIZE(entry) - 4 - metadata_size,
+    )
+
+
+cdef object _decoded(object entry, bint plain_wanted):
+    """The body of ``decode_entry`` and ``decode_entry_plain``; None: the reference decides."""
+    cdef _Facts facts
+    cdef bint plain
+    cdef Py_ssize_t metadata_size = _checked_metadata(entry, &facts)
+    if metadata_size < 0:
         return None
-    metadata = _MessageMetadata_FromString(
-        PyBytes_FromStringAndSize(<const char *>base + 4, metadata_size)
-    )
-    payload = PyBytes_FromStringAndSize(
-        <const char *>base + 4 + metadata_size, size - 4 - metadata_size
-    )
+    metadata = _MessageMetadata_FromString(_metadata_bytes(entry, metadata_size))
+    payload = _payload_bytes(entry, metadata_size)
     if not plain_wanted:
         return metadata, payload
     # Encryption keys never pass the walk. The compression value is read back from the parsed
@@ -340,42 +357,15 @@ def decode_plain_entry_lazily(entry):
     parse and the reference check; the consumer parses them when the application first asks)
     and its payload; None for every other entry, and for anything the walk does not accept."""
     cdef _Facts facts
-    cdef Py_ssize_t size
-    cdef uint32_t metadata_size
-    cdef const uint8_t *base
-    if type(entry) is not bytes:
-        return None
-    size = PyBytes_GET_SIZE(entry)
-    base = <const uint8_t *>PyBytes_AS_STRING(entry)
-    if size < 4:
-        return None
-    metadata_size = _be32(base)
-    if metadata_size > <uint64_t>(size - 4):
-        return None
-    facts.name = NULL
-    facts.key = NULL
-    facts.uuid = NULL
-    facts.name_size = facts.key_size = facts.uuid_size = 0
-    facts.has_sequence = facts.has_publish_time = False
-    facts.has_in_batch = facts.has_compression = False
-    facts.num_chunks = 0
+    cdef Py_ssize_t metadata_size = _checked_metadata(entry, &facts)
     if (
-        not _walk_metadata(base + 4, base + 4 + metadata_size, &facts)
-        or facts.name == NULL
-        or not facts.has_sequence
-        or not facts.has_publish_time
+        metadata_size < 0
         or facts.has_in_batch
         or facts.num_chunks != 0
         or facts.has_compression
-        or not _utf8(facts.name, facts.name_size)
-        or (facts.key != NULL and not _utf8(facts.key, facts.key_size))
-        or not _complete_properties(base + 4, base + 4 + metadata_size)
     ):
         return None
-    return (
-        PyBytes_FromStringAndSize(<const char *>base + 4, metadata_size),
-        PyBytes_FromStringAndSize(<const char *>base + 4 + metadata_size, size - 4 - metadata_size),
-    )
+    return _metadata_bytes(entry, metadata_size), _payload_bytes(entry, metadata_size)
 
 
 def decode_entry(entry):

@@ -234,28 +234,11 @@ class EntryDecoder:
         except RemoteProtocolError:
             self._discard(wire, AckValidationError.BatchDeSerializeError, 1)
             return
-        encrypted = False
-        if metadata.encryption_keys:
-            decrypted = self._decrypt(metadata, payload, ledger, entry_id)
-            if decrypted is None:
-                return  # held or discarded
-            payload, encrypted = decrypted
-        cnx = self._connection()
-        bound = cnx.max_message_size if cnx is not None else DEFAULT_MAX_MESSAGE_SIZE
-        self._cluster = cnx.cluster if cnx is not None else UNKNOWN_CLUSTER
-        chunked_id: MessageId | None = None
-        if metadata.num_chunks_from_msg and is_chunk(metadata):
-            outcome = self._assembler.add(metadata, payload, wire, int(time.time() * 1000))
-            self._chunk_outcome(outcome)
-            if outcome.message is None:
-                self._receiver.return_permits(1)
-                return
-            metadata, payload = outcome.message.metadata, outcome.message.payload
-            ids = outcome.message.chunk_ids
-            chunked_id = MessageId.from_wire(
-                dataclasses.replace(ids[-1], partition=self._partition), first_chunk=ids[0]
-            )
-            bound = compression.DEFAULT_MAX_UNCOMPRESSED_SIZE
+        opened = self._open(metadata, payload, ledger, entry_id)
+        if opened is None:
+            return
+        metadata, payload, encrypted, bound, ids = opened
+        chunked_id = None if ids is None else self._chunked_id(ids)
         entry = RawEntry(
             self._topic,
             ledger,
@@ -344,6 +327,42 @@ class EntryDecoder:
             return
         self._receiver.append(message)
 
+    def _open(
+        self, metadata: pb.MessageMetadata, payload: bytes, ledger: int, entry_id: int
+    ) -> tuple[pb.MessageMetadata, bytes, bool, int, tuple[WireMessageId, ...] | None] | None:
+        """What every entry but a plain one goes through first: decryption, noting where it was
+        received (its acknowledgement is dropped on any other cluster), chunk reassembly. Gives
+        the metadata and payload to go on with, whether the payload is still encrypted (the
+        crypto failure action delivers it so), the bound on its uncompressed size and, for a
+        reassembled message, its chunks' ids; None when nothing goes on: held or discarded by
+        decryption, or a chunk of a message not complete yet (its permit returned)."""
+        encrypted = False
+        if metadata.encryption_keys:
+            decrypted = self._decrypt(metadata, payload, ledger, entry_id)
+            if decrypted is None:
+                return None
+            payload, encrypted = decrypted
+        cnx = self._connection()
+        bound = cnx.max_message_size if cnx is not None else DEFAULT_MAX_MESSAGE_SIZE
+        self._cluster = cnx.cluster if cnx is not None else UNKNOWN_CLUSTER
+        if not (metadata.num_chunks_from_msg and is_chunk(metadata)):
+            return metadata, payload, encrypted, bound, None
+        wire = WireMessageId(ledger, entry_id)
+        outcome = self._assembler.add(metadata, payload, wire, int(time.time() * 1000))
+        self._chunk_outcome(outcome)
+        if outcome.message is None:
+            self._receiver.return_permits(1)
+            return None
+        message = outcome.message
+        bound = compression.DEFAULT_MAX_UNCOMPRESSED_SIZE
+        return message.metadata, message.payload, encrypted, bound, message.chunk_ids
+
+    def _chunked_id(self, ids: tuple[WireMessageId, ...]) -> MessageId:
+        """The id of a reassembled message: its last chunk's, remembering its first chunk."""
+        return MessageId.from_wire(
+            dataclasses.replace(ids[-1], partition=self._partition), first_chunk=ids[0]
+        )
+
     def _on_entry(
         self,
         command: pb.CommandMessage,
@@ -353,31 +372,14 @@ class EntryDecoder:
         payload: bytes,
     ) -> None:
         """Every other entry: encrypted, chunked, compressed, a batch, or behind a start."""
-        undecrypted = False
-        if metadata.encryption_keys:
-            decrypted = self._decrypt(metadata, payload, ledger, entry_id)
-            if decrypted is None:
-                return  # held or discarded
-            payload, undecrypted = decrypted
-        cnx = self._connection()
-        bound = cnx.max_message_size if cnx is not None else DEFAULT_MAX_MESSAGE_SIZE
-        # Where it was received: its acknowledgement is dropped on any other cluster.
-        self._cluster = cnx.cluster if cnx is not None else UNKNOWN_CLUSTER
+        opened = self._open(metadata, payload, ledger, entry_id)
+        if opened is None:
+            return
+        metadata, payload, undecrypted, bound, ids = opened
         message_id: MessageId | None = None
-        if metadata.num_chunks_from_msg and is_chunk(metadata):
-            wire = WireMessageId(ledger, entry_id)
-            outcome = self._assembler.add(metadata, payload, wire, int(time.time() * 1000))
-            self._chunk_outcome(outcome)
-            if outcome.message is None:
-                self._receiver.return_permits(1)
-                return
-            metadata, payload = outcome.message.metadata, outcome.message.payload
-            ids = outcome.message.chunk_ids
-            message_id = MessageId.from_wire(
-                dataclasses.replace(ids[-1], partition=self._partition), first_chunk=ids[0]
-            )
+        if ids is not None:
+            message_id = self._chunked_id(ids)
             self._chunks[entry_key(ids[-1])] = ids
-            bound = compression.DEFAULT_MAX_UNCOMPRESSED_SIZE
         is_batch = metadata.HasField("num_messages_in_batch")
         count = metadata.num_messages_in_batch if is_batch else 1
         if undecrypted:
