@@ -9,6 +9,7 @@ topic stats, and the R8 decision (a C++ batch straddling the persisted mark is s
 from __future__ import annotations
 
 import json
+import threading
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -49,16 +50,24 @@ def producer_of(client: pulsar.Client, topic: str, *, batching: bool) -> pulsar.
 def send_all(producer: pulsar.Producer, seqs: list[int], prefix: str = "m") -> list[Any]:
     """Send async (so a batching producer may batch them), wait, return the message ids."""
     results: list[Any] = [None] * len(seqs)
+    called: list[int] = []
+    all_called = threading.Event()
 
     def done(index: int) -> Any:
         def callback(result: pulsar.Result, msg_id: pulsar.MessageId) -> None:
             results[index] = msg_id if result == pulsar.Result.Ok else result
+            called.append(index)
+            if len(called) == len(seqs):
+                all_called.set()
 
         return callback
 
     for index, seq in enumerate(seqs):
         producer.send_async(f"{prefix}-{seq}".encode(), done(index), sequence_id=seq)
     producer.flush()
+    # flush() can return before the last callbacks have run: the official client calls them
+    # on its own thread (a fresh-clone run saw a result still None right after flush).
+    assert all_called.wait(30), f"callbacks of {sorted(called)} only"
     return results
 
 
