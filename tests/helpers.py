@@ -217,16 +217,21 @@ def access_stats(http: str, topic: str) -> dict[str, Any]:
     return access
 
 
-def read_all(client: pulsar.Client, topic: str) -> list[bytes]:
+def read_all_messages(client: pulsar.Client, topic: str) -> list[pulsar.Message]:
     """Every message of ``topic`` from the earliest, with a reader."""
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
     try:
-        out: list[bytes] = []
+        out: list[pulsar.Message] = []
         while reader.has_message_available():
-            out.append(reader.read_next(5000).data())
+            out.append(reader.read_next(5000))
         return out
     finally:
         reader.close()
+
+
+def read_all(client: pulsar.Client, topic: str) -> list[bytes]:
+    """The payloads of every message of ``topic`` from the earliest, with a reader."""
+    return [message.data() for message in read_all_messages(client, topic)]
 
 
 def wait_until(

@@ -213,3 +213,57 @@ def payload_sections(draw: st.DrawFn) -> bytes:
     if kind == 3:  # a checksum and no entry behind it, or a bare magic
         return struct.pack(">HI", 0x0E01, crc)[: draw(st.integers(2, 6))]
     return struct.pack(">HI", 0x0E01, crc) + entry
+
+
+# --- frames and socket streams (test_speedups_frames.py, test_speedups_messages.py) ----------
+
+
+@st.composite
+def commands_around(
+    draw: st.DrawFn, body: bytes, type_value: int, wrong_types: list[bytes]
+) -> bytes:
+    """The BaseCommand around a sub-command ``body`` whose field number and type value are
+    both ``type_value`` (SEND 6, MESSAGE 9): mostly ``type`` then the sub-command, as peers
+    write it; sometimes reversed, with another or no type, or followed by an odd field."""
+    shape = draw(st.integers(0, 19))
+    if shape == 0:  # the sub-command first, then type
+        return field_bytes(type_value, 2, body) + field_bytes(1, 0, type_value)
+    if shape == 1:  # another type value, an over-long type varint, or no type at all
+        kind = draw(st.sampled_from([*wrong_types, b""]))
+        return kind + field_bytes(type_value, 2, body)
+    own = field_bytes(1, 0, type_value)
+    if shape == 2:  # an unknown or repeated field of BaseCommand after the sub-command
+        extra = draw(st.sampled_from([field_bytes(200, 0, 1), own, b"\x00"]))
+        return own + field_bytes(type_value, 2, body) + extra
+    return own + field_bytes(type_value, 2, body)
+
+
+@st.composite
+def mutated_frames(draw: st.DrawFn, command: bytes) -> bytes:
+    """``command`` framed with a generated payload section, now and then broken: a command
+    size past the frame or too small, a byte changed anywhere, a total size below 4."""
+    frame = frame_of(command, draw(payload_sections()))
+    mutation = draw(st.integers(0, 15))
+    if mutation == 0:
+        size = draw(st.sampled_from([len(command) + 1, 0, 3, len(command) + 1000]))
+        frame = frame[:4] + struct.pack(">I", size) + frame[8:]
+    elif mutation == 1:
+        at = draw(st.integers(0, len(frame) - 1))
+        frame = frame[:at] + bytes([frame[at] ^ draw(st.integers(1, 255))]) + frame[at + 1 :]
+    elif mutation == 2:
+        frame = struct.pack(">I", draw(st.integers(0, 3))) + frame[4:]
+    return frame
+
+
+@st.composite
+def socket_streams(
+    draw: st.DrawFn, frames: st.SearchStrategy[bytes], limits: list[int]
+) -> tuple[list[bytes], int]:
+    """Frames as the socket delivers them: one stream of up to four of ``frames``, maybe its
+    last frame incomplete, cut into chunks at random places; with a frame size limit."""
+    data = b"".join(draw(st.lists(frames, max_size=4)))
+    if data and draw(st.integers(0, 4)) == 0:
+        data = data[: draw(st.integers(0, len(data) - 1))]
+    cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=4)))
+    chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+    return chunks, draw(st.sampled_from(limits))

@@ -10,7 +10,6 @@ and message, at the same place in the stream.
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -23,12 +22,14 @@ from protocol.framing import DEFAULT_MAX_FRAME_SIZE, PyFrameDecoder
 from protocol.send_identity import py_of_send
 from tests.protocol.speedups_wire import (
     SEND_NAMES,
+    commands_around,
     field_bytes,
     fields_of,
     frame_of,
     ints,
+    mutated_frames,
     outcomes,
-    payload_sections,
+    socket_streams,
     varint,
 )
 
@@ -65,34 +66,9 @@ def send_bodies(draw: st.DrawFn) -> bytes:
 
 
 @st.composite
-def commands_around(draw: st.DrawFn, body: bytes) -> bytes:
-    """The BaseCommand around a CommandSend: mostly ``type`` then ``send``, as clients write."""
-    shape = draw(st.integers(0, 19))
-    if shape == 0:  # send first, then type
-        return field_bytes(6, 2, body) + field_bytes(1, 0, 6)
-    if shape == 1:  # another type value, an over-long type varint, or no type at all
-        kind = draw(st.sampled_from([b"\x08\x07", b"\x08\x86\x00", b"\x08\xe7\x07", b""]))
-        return kind + field_bytes(6, 2, body)
-    if shape == 2:  # an unknown or repeated field of BaseCommand after the send
-        extra = draw(st.sampled_from([field_bytes(200, 0, 1), field_bytes(1, 0, 6), b"\x00"]))
-        return field_bytes(1, 0, 6) + field_bytes(6, 2, body) + extra
-    return field_bytes(1, 0, 6) + field_bytes(6, 2, body)
-
-
-@st.composite
 def send_frames(draw: st.DrawFn) -> bytes:
-    command = draw(commands_around(draw(send_bodies())))
-    frame = frame_of(command, draw(payload_sections()))
-    mutation = draw(st.integers(0, 15))
-    if mutation == 0:  # a command size past the frame, or too small
-        size = draw(st.sampled_from([len(command) + 1, 0, 3, len(command) + 1000]))
-        frame = frame[:4] + struct.pack(">I", size) + frame[8:]
-    elif mutation == 1:  # a byte changed anywhere
-        at = draw(st.integers(0, len(frame) - 1))
-        frame = frame[:at] + bytes([frame[at] ^ draw(st.integers(1, 255))]) + frame[at + 1 :]
-    elif mutation == 2:  # a total size below the minimum
-        frame = struct.pack(">I", draw(st.integers(0, 3))) + frame[4:]
-    return frame
+    wrong_types = [b"\x08\x07", b"\x08\x86\x00", b"\x08\xe7\x07"]
+    return draw(mutated_frames(draw(commands_around(draw(send_bodies()), 6, wrong_types))))
 
 
 other_frames = st.sampled_from(
@@ -100,17 +76,9 @@ other_frames = st.sampled_from(
 )
 
 
-@st.composite
-def streams(draw: st.DrawFn) -> tuple[list[bytes], int]:
-    """Frames as the socket delivers them: one stream cut into chunks at random places."""
-    frames = draw(st.lists(st.one_of(send_frames(), send_frames(), other_frames), max_size=4))
-    data = b"".join(frames)
-    if data and draw(st.integers(0, 4)) == 0:
-        data = data[: draw(st.integers(0, len(data) - 1))]  # the last frame incomplete
-    cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=4)))
-    chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
-    limits = [DEFAULT_MAX_FRAME_SIZE] * 16 + [200, 8, 1 << 40]
-    return chunks, draw(st.sampled_from(limits))
+def streams() -> st.SearchStrategy[tuple[list[bytes], int]]:
+    frames = st.one_of(send_frames(), send_frames(), other_frames)
+    return socket_streams(frames, [DEFAULT_MAX_FRAME_SIZE] * 16 + [200, 8, 1 << 40])
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -21,12 +21,14 @@ from protocol.framing import DEFAULT_MAX_FRAME_SIZE, PyFrameDecoder
 from protocol.send_identity import py_of_send
 from tests.protocol.speedups_wire import (
     U64,
+    commands_around,
     field_bytes,
     fields_of,
     frame_of,
     ints,
+    mutated_frames,
     outcomes,
-    payload_sections,
+    socket_streams,
 )
 
 MESSAGE_FIELDS = {1: 0, 2: 2, 3: 0, 4: 0, 5: 0}
@@ -76,46 +78,17 @@ def message_bodies(draw: st.DrawFn) -> bytes:
 
 
 @st.composite
-def commands_around(draw: st.DrawFn, body: bytes) -> bytes:
-    """The BaseCommand around a CommandMessage: mostly ``type`` then ``message``."""
-    shape = draw(st.integers(0, 19))
-    if shape == 0:  # message first, then type
-        return field_bytes(9, 2, body) + field_bytes(1, 0, 9)
-    if shape == 1:  # another type value, an over-long type varint, or no type at all
-        kind = draw(st.sampled_from([b"\x08\x07", b"\x08\x89\x00", b"\x08\x06", b""]))
-        return kind + field_bytes(9, 2, body)
-    if shape == 2:  # an unknown or repeated field of BaseCommand after the message
-        extra = draw(st.sampled_from([field_bytes(200, 0, 1), field_bytes(1, 0, 9), b"\x00"]))
-        return field_bytes(1, 0, 9) + field_bytes(9, 2, body) + extra
-    return field_bytes(1, 0, 9) + field_bytes(9, 2, body)
-
-
-@st.composite
 def message_frames(draw: st.DrawFn) -> bytes:
-    command = draw(commands_around(draw(message_bodies())))
-    frame = frame_of(command, draw(payload_sections()))
-    mutation = draw(st.integers(0, 15))
-    if mutation == 0:  # a command size past the frame, or too small
-        size = draw(st.sampled_from([len(command) + 1, 0, 3, len(command) + 1000]))
-        frame = frame[:4] + size.to_bytes(4, "big") + frame[8:]
-    elif mutation == 1:  # a byte changed anywhere
-        at = draw(st.integers(0, len(frame) - 1))
-        frame = frame[:at] + bytes([frame[at] ^ draw(st.integers(1, 255))]) + frame[at + 1 :]
-    return frame
+    wrong_types = [b"\x08\x07", b"\x08\x89\x00", b"\x08\x06"]
+    return draw(mutated_frames(draw(commands_around(draw(message_bodies()), 9, wrong_types))))
 
 
 other_frames = st.sampled_from([commands.ping(), commands.flow(1, 100)])
 
 
-@st.composite
-def streams(draw: st.DrawFn) -> tuple[list[bytes], int]:
-    frames = draw(st.lists(st.one_of(message_frames(), message_frames(), other_frames), max_size=4))
-    data = b"".join(frames)
-    if data and draw(st.integers(0, 4)) == 0:
-        data = data[: draw(st.integers(0, len(data) - 1))]
-    cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=4)))
-    chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
-    return chunks, draw(st.sampled_from([DEFAULT_MAX_FRAME_SIZE] * 8 + [200, 1 << 40]))
+def streams() -> st.SearchStrategy[tuple[list[bytes], int]]:
+    frames = st.one_of(message_frames(), message_frames(), other_frames)
+    return socket_streams(frames, [DEFAULT_MAX_FRAME_SIZE] * 8 + [200, 1 << 40])
 
 
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import Iterator
 
 import pulsar
 import pytest
@@ -20,43 +19,13 @@ from client import AsyncClient, CompressionType, ProducerAccessMode
 from client.errors import InvalidTopicName, MessageTooBig, ProducerBusy, ProducerFenced
 from client.message_id import MessageId
 from client.schema import JsonSchema, StringSchema
-from tests.helpers import BrokerThread, broker_config, close_client, new_client
+from tests.helpers import BrokerThread, read_all_messages
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
 
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    data = tmp_path_factory.mktemp("producer") / "data"
-    broker = BrokerThread(broker_config(data, max_message_size=64 * 1024)).start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
-
-
-@pytest.fixture
-def official(running: BrokerThread) -> Iterator[pulsar.Client]:
-    client = new_client(running.url)
-    try:
-        yield client
-    finally:
-        close_client(client)
-
-
 def new_topic() -> str:
     return f"persistent://public/default/ours-{uuid.uuid4().hex[:10]}"
-
-
-def read_messages(client: pulsar.Client, topic: str) -> list[pulsar.Message]:
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    try:
-        out = []
-        while reader.has_message_available():
-            out.append(reader.read_next(5000))
-        return out
-    finally:
-        reader.close()
 
 
 def same_id(ours: MessageId, theirs: pulsar.MessageId) -> bool:
@@ -83,7 +52,7 @@ async def test_official_consumer_reads_exactly_what_we_sent(
             sent.append(message_id)
         empty = await producer.send(b"")
         assert producer.last_sequence_id() == 120
-    received = await asyncio.to_thread(read_messages, official, topic)
+    received = await asyncio.to_thread(read_all_messages, official, topic)
     assert len(received) == 21
     for i, (message, message_id) in enumerate(zip(received, sent, strict=False)):
         assert message.data() == f"payload-{i}".encode()
@@ -118,7 +87,7 @@ async def test_sequence_ids_are_what_dedup_remembers(
     theirs = await asyncio.to_thread(official.create_producer, topic, producer_name="numbered")
     assert theirs.last_sequence_id() == 5
     theirs.close()
-    assert len(await asyncio.to_thread(read_messages, official, topic)) == 6
+    assert len(await asyncio.to_thread(read_all_messages, official, topic)) == 6
 
 
 async def test_a_generated_name_is_the_one_consumers_see(
@@ -130,7 +99,7 @@ async def test_a_generated_name_is_the_one_consumers_see(
         await producer.send(b"x")
         name = producer.producer_name()
     assert name
-    (message,) = await asyncio.to_thread(read_messages, official, topic)
+    (message,) = await asyncio.to_thread(read_all_messages, official, topic)
     assert message.producer_name() == name
 
 
@@ -205,7 +174,7 @@ async def test_batches_and_codecs_are_read_by_the_official_client(
         ]
         ids = await asyncio.gather(*futures)
         assert producer.last_sequence_id() == 29
-    received = await asyncio.to_thread(read_messages, official, topic)
+    received = await asyncio.to_thread(read_all_messages, official, topic)
     assert [message.data() for message in received] == payloads
     assert [message.properties()["n"] for message in received] == [str(n) for n in range(30)]
     assert all(same_id(ours, m.message_id()) for ours, m in zip(ids, received, strict=True))

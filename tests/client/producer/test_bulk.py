@@ -9,7 +9,6 @@ same rows is all duplicates.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pulsar
 import pytest
@@ -21,46 +20,16 @@ from client.producer import AsyncProducer
 from client.producer.bulk import Rows, build_entries
 from client.sync import Client
 from protocol import decode_entry, pb
-from tests.helpers import BrokerThread, broker_config, close_client, new_client, wait_until
+from tests.client.producer.conftest import MAX_MESSAGE_SIZE
+from tests.helpers import BrokerThread, read_all_messages, wait_until
 from tests.integration.test_partitioned_topics import create_partitioned
 from tests.tcp_proxy import Direction, TcpProxy
 
 pytestmark = [pytest.mark.integration]
-LIMIT = 64 * 1024
-
-
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    data = tmp_path_factory.mktemp("bulk") / "data"
-    broker = BrokerThread(broker_config(data, max_message_size=LIMIT)).start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
-
-
-@pytest.fixture
-def official(running: BrokerThread) -> Iterator[pulsar.Client]:
-    client = new_client(running.url)
-    try:
-        yield client
-    finally:
-        close_client(client)
 
 
 def new_topic() -> str:
     return f"persistent://public/default/bulk-{uuid.uuid4().hex[:10]}"
-
-
-def read_back(client: pulsar.Client, topic: str) -> list[pulsar.Message]:
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    try:
-        out = []
-        while reader.has_message_available():
-            out.append(reader.read_next(5000))
-        return out
-    finally:
-        reader.close()
 
 
 def stored_ids(url: str, topic: str) -> list[int]:
@@ -101,7 +70,7 @@ def test_rows_come_back_as_their_messages_in_entries_of_max_messages(
         assert [m.entry_id() for m in receipt.message_ids] == [0, 1, 2]
         assert producer.last_sequence_id() == 1000 + count - 1
         producer.close()
-    got = read_back(official, topic)
+    got = read_all_messages(official, topic)
     assert [m.data() for m in got] == [p or b"" for p in payloads]
     assert stored_ids(running.url, topic) == list(range(1000, 1000 + count))
     assert [m.partition_key() or None for m in got] == keys
@@ -125,7 +94,7 @@ def test_a_replay_of_the_same_rows_is_all_duplicates(
             assert receipt.duplicate_rows == (300 if attempt else 0)
             assert producer.last_sequence_id() == (5 << 32) + 299
             producer.close()
-    assert [m.data() for m in read_back(official, topic)] == payloads
+    assert [m.data() for m in read_all_messages(official, topic)] == payloads
 
 
 def test_lost_receipts_and_a_cut_connection_resend_the_same_entries(
@@ -155,7 +124,7 @@ def test_lost_receipts_and_a_cut_connection_resend_the_same_entries(
         assert all(m == MessageId(-1, -1, -1) for m in receipt.message_ids)
         assert producer.last_sequence_id() == 999
         producer.close()
-    got = read_back(official, topic)
+    got = read_all_messages(official, topic)
     assert [m.data() for m in got] == payloads
     assert stored_ids(running.url, topic) == list(range(1000))
 
@@ -177,7 +146,7 @@ def test_rows_follow_what_send_async_queued_in_order(
         assert last is not None
         assert producer.last_sequence_id() == 12
         producer.close()
-    got = read_back(official, topic)
+    got = read_all_messages(official, topic)
     assert [m.data() for m in got] == [b"a", b"b", b"c", b"d"]
     assert stored_ids(running.url, topic) == [0, 10, 11, 12]
 
@@ -196,7 +165,7 @@ def test_entries_are_compressed_and_never_over_the_brokers_limit(
         assert len(entries) > 1
         assert sum(e.num_messages for e in entries) == 3000
         for built in entries:
-            assert len(built.entry) - 4 <= LIMIT
+            assert len(built.entry) - 4 <= MAX_MESSAGE_SIZE
             metadata, _ = decode_entry(built.entry)
             assert metadata.compression == pb.LZ4
             assert metadata.num_messages_in_batch == built.num_messages
@@ -205,7 +174,7 @@ def test_entries_are_compressed_and_never_over_the_brokers_limit(
         assert future is not None
         assert future.result(30).rows == tuple(e.num_messages for e in entries)
         producer.close()
-    assert [m.data() for m in read_back(official, topic)] == payloads
+    assert [m.data() for m in read_all_messages(official, topic)] == payloads
 
 
 def test_a_row_over_the_limit_sends_nothing(running: BrokerThread, official: pulsar.Client) -> None:
@@ -213,13 +182,13 @@ def test_a_row_over_the_limit_sends_nothing(running: BrokerThread, official: pul
     with Client(running.url) as client:
         producer = client.create_producer(topic)
         with pytest.raises(MessageTooBig):
-            producer.send_rows([b"small", bytes(LIMIT + 1)], 0)
+            producer.send_rows([b"small", bytes(MAX_MESSAGE_SIZE + 1)], 0)
         assert producer.last_sequence_id() == -1
         future = producer.send_rows([b"after"], 0)
         assert future is not None
         future.result(30)
         producer.close()
-    assert [m.data() for m in read_back(official, topic)] == [b"after"]
+    assert [m.data() for m in read_all_messages(official, topic)] == [b"after"]
 
 
 def test_the_frames_carry_the_entries_ids(running: BrokerThread) -> None:
