@@ -416,16 +416,23 @@ class Ledger:
         asks on the event loop, so an idle topic costs no hop to a disk thread)."""
         if self._writer.closed:
             return False
+        return bool(self._doomed(self._trim_inputs(now)))
+
+    def _trim_inputs(self, now: float | None) -> tuple[int, Position | None]:
+        """``trimmable_prefix``'s clock (ms) and the slowest persisted durable mark-delete."""
         now_ms = int((self._clock() if now is None else now) * 1000)
-        slowest = min(self._cursors.persisted_marks(), default=None)
-        doomed = trimmable_prefix(
+        return now_ms, min(self._cursors.persisted_marks(), default=None)
+
+    def _doomed(self, inputs: tuple[int, Position | None]) -> list[Segment]:
+        now_ms, slowest = inputs
+        config = self.config
+        return trimmable_prefix(
             self._table.all(),
             slowest,
-            self.config.retention_time_minutes,
-            self.config.retention_size_mb,
+            config.retention_time_minutes,
+            config.retention_size_mb,
             now_ms,
         )
-        return bool(doomed)
 
     def trim(self, now: float | None = None) -> int:
         """Delete whole sealed segments that every durable cursor has consumed and retention
@@ -436,16 +443,9 @@ class Ledger:
         deleted. ``now``: wall-clock seconds (default: the ledger's clock).
         """
         self._check_open()
-        now_ms = int((self._clock() if now is None else now) * 1000)
-        slowest = min(self._cursors.persisted_marks(), default=None)
+        inputs = self._trim_inputs(now)  # before the lock: the cursors take their own
         with self._meta.lock:
-            doomed = trimmable_prefix(
-                self._table.all(),
-                slowest,
-                self.config.retention_time_minutes,
-                self.config.retention_size_mb,
-                now_ms,
-            )
+            doomed = self._doomed(inputs)
             if not doomed:
                 return 0
             gone = {s.ledger_id for s in doomed}

@@ -11,10 +11,7 @@ import asyncio
 import gc
 import os
 import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from broker.publish import idempotency_window
 from broker.topics.housekeeping import Housekeeping
@@ -31,15 +28,6 @@ T = pb.BaseCommand.Type
 #: storage locks, cursor sets and maps, the cache's maps and the dedup chunk state became lazy,
 #: 15.7 KB before the group commit, key table, locks and sets did.
 MAX_BYTES_PER_IDLE_TOPIC = 10 * 1024
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerThread]:
-    running = BrokerThread(broker_config(tmp_path / "data")).start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def load_idle_topics(port: int, prefix: str, count: int) -> None:
