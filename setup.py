@@ -59,6 +59,7 @@ def _extensions() -> list[Extension]:
             "protocol/_rowhash.pxi",
             "protocol/_entry_metadata.pxi",
             "protocol/_acked_positions.pxi",
+            "protocol/_records.pxi",
         ],
     )
     return cythonize([speedups], compiler_directives={"language_level": "3"}, quiet=True)

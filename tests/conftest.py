@@ -23,6 +23,7 @@ def _bind_compiled_fallbacks() -> None:
         from protocol import _speedups
     except ImportError:  # pragma: no cover - make test builds the extension
         return
+    from broker.storage import recovery
     from protocol import batch_columns, dispatch_frames, framing, metadata, send_identity
     from protocol.commands import consumers
 
@@ -35,6 +36,7 @@ def _bind_compiled_fallbacks() -> None:
     _speedups.bind_dispatch(dispatch_frames.py_encode_messages)
     _speedups.bind_columns(batch_columns.BatchColumns, batch_columns.py_batch_columns)
     _speedups.bind_parse_entry_metadata(metadata.py_parse_entry_metadata, metadata.EntryMetadata)
+    _speedups.bind_record_parts(recovery.py_encode_record_parts)
 
 
 _bind_compiled_fallbacks()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import struct
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import crc32c
@@ -62,6 +63,16 @@ class FileLayer:
 
     def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
         return os.pwrite(fd, data, offset)
+
+    def pwritev(self, fd: int, buffers: Sequence[bytes], offset: int) -> int:
+        """Write ``buffers`` back to back from ``offset`` in one call (at most ``IOV_MAX``).
+
+        A layer that overrides ``pwrite`` (the tests' fault injection) gets the buffers joined
+        into one ``pwrite``, so every write still passes through its faults.
+        """
+        if type(self).pwrite is not FileLayer.pwrite:
+            return self.pwrite(fd, b"".join(buffers), offset)
+        return os.pwritev(fd, buffers, offset)
 
     def fdatasync(self, fd: int) -> None:
         os.fdatasync(fd)
@@ -118,6 +129,32 @@ def write_all(layer: FileLayer, fd: int, data: bytes | memoryview, offset: int) 
             raise OSError(f"pwrite wrote {written} bytes")
         view = view[written:]
         offset += written
+
+
+#: Buffers per ``pwritev`` call: the system's limit (1024 on Linux).
+IOV_MAX = os.sysconf("SC_IOV_MAX")
+
+
+def write_all_parts(layer: FileLayer, fd: int, parts: Sequence[bytes], offset: int) -> None:
+    """``write_all`` of ``parts`` back to back, each from its own buffer (``pwritev``)."""
+    index, count = 0, len(parts)
+    while index < count:
+        chunk = parts[index : index + IOV_MAX]
+        if not any(chunk):  # only empty parts: nothing to write (pwritev would return 0)
+            index += len(chunk)
+            continue
+        written = layer.pwritev(fd, chunk, offset)
+        if written <= 0:
+            raise OSError(f"pwritev wrote {written} bytes")
+        offset += written
+        for part in chunk:  # whole parts written move on; a part cut short is finished alone
+            if written < len(part):
+                write_all(layer, fd, memoryview(part)[written:], offset)
+                offset += len(part) - written
+                index += 1
+                break
+            written -= len(part)
+            index += 1
 
 
 def ensure_directory(layer: FileLayer, path: Path) -> None:

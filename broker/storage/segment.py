@@ -46,7 +46,7 @@ from pathlib import Path
 import crc32c
 
 from broker.storage.errors import CorruptLedgerError
-from broker.storage.files import FileLayer, write_all
+from broker.storage.files import FileLayer, write_all, write_all_parts
 from broker.storage.ledger_meta_file import SealedLedger
 from broker.storage.recovery import RECORD_HEADER, RECORD_HEADER_SIZE, scan_valid_prefix
 
@@ -300,12 +300,13 @@ class Segment:
 
     # -- write side (flush thread) --------------------------------------------------------
 
-    def write(self, records: bytes, sync: bool) -> None:
-        """Write ``records`` at the durable end; fdatasync if ``sync``. State is unchanged."""
+    def write(self, records: list[bytes], size: int, sync: bool) -> None:
+        """Write ``records`` (parts of ``size`` bytes in all) at the durable end; fdatasync if
+        ``sync``. State is unchanged."""
         if self._fd is None:
             raise OSError(f"segment {self.path} is not writable")
-        self.wait_extension(before=self.data_end + len(records))
-        write_all(self._layer, self._fd, records, self.data_end)
+        self.wait_extension(before=self.data_end + size)
+        write_all_parts(self._layer, self._fd, records, self.data_end)
         if sync:
             self._layer.fdatasync(self._fd)
 

@@ -35,8 +35,6 @@ from concurrent.futures import Executor, Future, wait
 from pathlib import Path
 from uuid import uuid4
 
-import crc32c
-
 from broker.storage.buckets import GROUP_ENTRIES_BOUNDS, LATENCY_MS_BOUNDS, Buckets
 from broker.storage.cache import EntryCache
 from broker.storage.config import MAX_ENTRY_BYTES, LedgerConfig
@@ -45,7 +43,7 @@ from broker.storage.files import TEMP_SUFFIX, FileLayer, segment_file_name, unli
 from broker.storage.ledger_meta import MetadataStore
 from broker.storage.lock import first_lock
 from broker.storage.position import Position
-from broker.storage.recovery import RECORD_HEADER_SIZE, encode_records
+from broker.storage.recovery import RECORD_HEADER_SIZE, encode_record_parts
 from broker.storage.segment import HEADER_SIZE, Segment, preallocate_file
 from broker.storage.segments import SegmentTable
 
@@ -275,12 +273,13 @@ class LedgerWriter:
             self._roll_to(ledger_id)
         segment = self._active
         assert segment is not None
-        records, offsets = encode_records(data for _, data in entries)
-        segment.write(records, self._config.sync_data)
+        parts, offsets, size, new_crc = encode_record_parts(
+            [data for _, data in entries], segment.crc
+        )
+        segment.write(parts, size, self._config.sync_data)
         if self.fence is not None:
             self.fence()
-        new_crc = crc32c.crc32c(records, segment.crc)
-        self._table.commit(segment, offsets, len(records), new_crc)
+        self._table.commit(segment, offsets, size, new_crc)
         self.last_confirmed = entries[-1][0]
         self._cache.put_block(ledger_id, entries[0][0].entry_id, [data for _, data in entries])
         # Headroom as large as the data so far (doubling), from 64 KiB up to the configured

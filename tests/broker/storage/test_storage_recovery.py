@@ -6,12 +6,22 @@ import random
 import shutil
 from pathlib import Path
 
+import crc32c
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker.storage import CorruptLedgerError, Ledger, LedgerConfig, Position, scan_valid_prefix
 from broker.storage.position import BEFORE_EVERYTHING
-from broker.storage.recovery import RECORD_HEADER_SIZE, encode_records, record_header
+from broker.storage.recovery import (
+    RECORD_HEADER_SIZE,
+    encode_record_parts,
+    encode_records,
+    py_encode_record_parts,
+    record_header,
+)
 from broker.storage.segment import HEADER_SIZE
+from protocol import _speedups
 from tests.broker.storage.faults import InlineExecutor, NoSyncLayer, flip_bit
 
 # ---------------------------------------------------------------- pure scan
@@ -56,6 +66,41 @@ def test_crc_covers_the_length_field() -> None:
     header = record_header(b"abcd")
     shorter = (3).to_bytes(4, "little") + header[4:]
     assert scan_valid_prefix(shorter + b"abcd").valid_bytes == 0
+
+
+entry_lists = st.lists(
+    st.one_of(st.binary(max_size=64), st.sampled_from([b"", bytes(70_000), b"x" * 200_000])),
+    max_size=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(entries=entry_lists, running=st.integers(0, (1 << 32) - 1))
+def test_compiled_record_parts_match_the_reference(entries: list[bytes], running: int) -> None:
+    assert _speedups.encode_record_parts(entries, running) == py_encode_record_parts(
+        entries, running
+    )
+
+
+@settings(max_examples=80, deadline=None)
+@given(entries=entry_lists, running=st.integers(0, (1 << 32) - 1))
+def test_record_parts_are_the_records_and_carry_the_running_crc(
+    entries: list[bytes], running: int
+) -> None:
+    parts, offsets, size, crc = encode_record_parts(entries, running)
+    joined = b"".join(parts)
+    assert parts[1::2] == entries  # each entry written from its own buffer
+    assert parts[0::2] == [record_header(entry) for entry in entries]
+    assert size == len(joined)
+    assert crc == crc32c.crc32c(joined, running)
+    scan = scan_valid_prefix(joined)
+    assert (scan.valid_bytes, list(scan.offsets)) == (size, offsets)
+
+
+def test_compiled_record_parts_take_any_buffer_through_the_reference() -> None:
+    entries: list[bytes] = [bytearray(b"ab"), b"c", memoryview(b"def")]  # type: ignore[list-item]
+    expected = py_encode_record_parts([b"ab", b"c", b"def"], 7)
+    assert _speedups.encode_record_parts(entries, 7) == expected
 
 
 # ---------------------------------------------------------------- matrix on real segments
