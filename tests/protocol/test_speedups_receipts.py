@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import crc32c as package
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -46,6 +47,26 @@ def test_same_crc_as_the_package(data: bytes, value: int, cut: int) -> None:
     assert _speedups.crc32c(memoryview(tail), _speedups.crc32c(bytearray(head))) == (
         package.crc32c(data)
     )
+
+
+STRIPES = 3 * 4096  # what the instruction path runs as three interleaved CRCs
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 4 * STRIPES + 9).flatmap(lambda size: st.binary(min_size=size, max_size=size)),
+    st.integers(0, 0xFFFFFFFF),
+)
+def test_same_crc_as_the_package_across_the_interleaved_stripes(data: bytes, value: int) -> None:
+    expected = package.crc32c(data, value)
+    assert _speedups.crc32c(data, value) == expected == _speedups.crc32c_tables(data, value)
+
+
+@pytest.mark.parametrize("size", [STRIPES - 1, STRIPES, STRIPES + 1, 2 * STRIPES, 100_000])
+def test_interleaved_stripes_at_their_edges(size: int) -> None:
+    data = bytes((i * 131 + 7) & 0xFF for i in range(size))
+    for value in (0, 0xFFFFFFFF, 0x12345678):
+        assert _speedups.crc32c(data, value) == package.crc32c(data, value)
 
 
 def test_odd_arguments_get_the_package_verdict() -> None:
