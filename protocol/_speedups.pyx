@@ -202,64 +202,100 @@ cdef bint _parse_send(const uint8_t *p, const uint8_t *end, SendFields fields) n
     return (fields._present & 0b110) == 0b110
 
 
-cdef object _send_frame(const uint8_t *start, const uint8_t *end):
-    """The Frame of a SEND in ``[start, end)`` (after totalSize), or None: not recognised."""
+cdef const uint8_t *_send_head(const uint8_t *start, const uint8_t *end, SendFields fields,
+                               bint *has_checksum, uint32_t *expected):
+    """Parse a SEND's command (``start`` is just past totalSize) and its checksum; where its
+    entry starts, or NULL: not the layout recognised here (the reference decides)."""
     cdef uint32_t command_size = _be32(start)
     cdef const uint8_t *command = start + 4
     cdef const uint8_t *command_end
     cdef const uint8_t *p
     cdef Py_ssize_t size
-    cdef SendFields fields
-    cdef SendCommand parsed
-    cdef bint has_checksum = False
-    cdef uint32_t expected = 0
-    cdef uint32_t metadata_size
     cdef uint32_t magic
     if command_size > <uint64_t>(end - command) or command_size < 4:
-        return None
+        return NULL
     command_end = command + command_size
     # type = SEND, then the send sub-message up to the command's end: what every client writes.
     if command[0] != 0x08 or command[1] != SEND_TYPE or command[2] != 0x32:
-        return None
+        return NULL
     p = _length(command + 3, command_end, &size)
     if p == NULL or p + size != command_end:
-        return None
-    fields = SendFields.__new__(SendFields)
+        return NULL
     if not _parse_send(p, command_end, fields):
-        return None
+        return NULL
     p = command_end
+    has_checksum[0] = False
     if end - p >= 6:
         magic = (p[0] << 8) | p[1]
         if magic == MAGIC_BROKER_ENTRY_METADATA:  # only MESSAGE frames carry it
-            return None
+            return NULL
         if magic == MAGIC_CRC32C:
-            expected = _be32(p + 2)
-            has_checksum = True
+            expected[0] = _be32(p + 2)
+            has_checksum[0] = True
             p += 6
-    if end - p < 4:
+    return p
+
+
+cdef object _send_frame_of(const uint8_t *start, const uint8_t *entry_start, object entry,
+                           const uint8_t *entry_data, Py_ssize_t entry_size,
+                           SendFields fields, bint has_checksum, uint32_t expected):
+    """The Frame of a SEND parsed by ``_send_head``, its entry ``entry`` (None: copy it from
+    ``entry_data``), or None when the metadata size does not fit."""
+    cdef uint32_t command_size = _be32(start)
+    cdef uint32_t metadata_size
+    cdef SendCommand parsed
+    if entry_size < 4:
         return None
-    metadata_size = _be32(p)
-    if metadata_size > <uint64_t>(end - p - 4):
+    metadata_size = _be32(entry_data)
+    if metadata_size > <uint64_t>(entry_size - 4):
         return None
-    entry = PyBytes_FromStringAndSize(<const char *>p, end - p)
-    checksum_valid = (not has_checksum) or magnetar_crc32c(0, p, end - p) == expected
+    if entry is None:
+        entry = PyBytes_FromStringAndSize(<const char *>entry_data, entry_size)
+    checksum_valid = (not has_checksum) or magnetar_crc32c(0, entry_data, entry_size) == expected
     parsed = SendCommand.__new__(SendCommand)
-    parsed._raw = PyBytes_FromStringAndSize(<const char *>command, command_size)
+    parsed._raw = PyBytes_FromStringAndSize(<const char *>start + 4, command_size)
     parsed.send = fields
     fields._command = parsed
     return _Frame(parsed, SEND_TYPE, entry, checksum_valid, has_checksum)
 
 
+cdef object _send_frame(const uint8_t *start, const uint8_t *end):
+    """The Frame of a SEND in ``[start, end)`` (after totalSize), or None: not recognised."""
+    cdef SendFields fields = SendFields.__new__(SendFields)
+    cdef bint has_checksum = False
+    cdef uint32_t expected = 0
+    cdef const uint8_t *p = _send_head(start, end, fields, &has_checksum, &expected)
+    if p == NULL:
+        return None
+    return _send_frame_of(start, p, None, p, end - p, fields, has_checksum, expected)
+
+
+# A SEND at least this large (a batch entry) is assembled straight into its entry's bytes as
+# its reads arrive, instead of being appended to the buffer, moved down by each compaction and
+# copied out at the end: one copy of the payload instead of three (P1 of issue #26).
+DEFAULT_ASSEMBLE_OVER = 65536
+
+
 cdef class FrameDecoder:
-    """``protocol.framing.FrameDecoder`` with SEND frames decoded in C (see the module doc)."""
+    """``protocol.framing.FrameDecoder`` with SEND frames decoded in C (see the module doc).
+
+    ``assemble_over``: the frame size from which a SEND is assembled in place (tests lower it).
+    """
 
     cdef bytearray _buffer
     cdef Py_ssize_t _offset
     cdef object _error
     cdef object _max_frame_size
     cdef uint64_t _limit
+    cdef Py_ssize_t _assemble_over
+    # A large SEND being assembled: its frame up to the entry, the entry's bytes (not shared
+    # with anybody until the frame is returned) and how much of them has arrived.
+    cdef bytes _head
+    cdef bytes _entry
+    cdef Py_ssize_t _filled
 
-    def __init__(self, max_frame_size=5 * 1024 * 1024 + 10 * 1024):
+    def __init__(self, max_frame_size=5 * 1024 * 1024 + 10 * 1024, *,
+                 Py_ssize_t assemble_over=DEFAULT_ASSEMBLE_OVER):
         if max_frame_size < 8:
             raise ValueError("max_frame_size must allow at least an empty command")
         self._max_frame_size = max_frame_size
@@ -268,6 +304,10 @@ cdef class FrameDecoder:
         self._buffer = bytearray()
         self._offset = 0
         self._error = None
+        self._assemble_over = assemble_over
+        self._head = None
+        self._entry = None
+        self._filled = 0
 
     @property
     def max_frame_size(self):
@@ -276,12 +316,26 @@ cdef class FrameDecoder:
     @property
     def buffered(self):
         """Number of received bytes not yet returned as frames."""
-        return PyByteArray_GET_SIZE(self._buffer) - self._offset
+        cdef Py_ssize_t assembling = 0
+        if self._entry is not None:
+            assembling = PyBytes_GET_SIZE(self._head) + self._filled
+        return assembling + PyByteArray_GET_SIZE(self._buffer) - self._offset
 
     def feed(self, data):
         """Append received bytes (RemoteProtocolError once the decoder has failed)."""
+        cdef const uint8_t[::1] view
+        cdef Py_ssize_t take
         if self._error is not None:
             raise RemoteProtocolError(f"decoder unusable after an earlier error: {self._error}")
+        if self._entry is not None and self._filled < PyBytes_GET_SIZE(self._entry):
+            view = data
+            take = min(view.shape[0], PyBytes_GET_SIZE(self._entry) - self._filled)
+            if take:
+                memcpy(PyBytes_AS_STRING(self._entry) + self._filled, &view[0], take)
+                self._filled += take
+            if take == view.shape[0]:
+                return
+            data = view[take:]
         self._compact()
         self._buffer += data
 
@@ -296,6 +350,10 @@ cdef class FrameDecoder:
         cdef const uint8_t *base
         if self._error is not None:
             raise RemoteProtocolError(f"decoder unusable after an earlier error: {self._error}")
+        if self._entry is not None:
+            if self._filled < PyBytes_GET_SIZE(self._entry):
+                raise StopIteration
+            return self._assembled()
         available = PyByteArray_GET_SIZE(self._buffer) - offset
         if available >= 4:
             base = <const uint8_t *>PyByteArray_AS_STRING(self._buffer)
@@ -319,8 +377,63 @@ cdef class FrameDecoder:
                 except RemoteProtocolError as exc:
                     self._error = exc
                     raise
+            if total_size >= self._assemble_over:
+                self._start_assembly(base + offset, available, total_size)
         self._compact()
         raise StopIteration
+
+    cdef _start_assembly(self, const uint8_t *frame, Py_ssize_t available, uint32_t total_size):
+        """Move a large SEND's received part out of the buffer, into its entry's own bytes,
+        once its head has arrived (else the buffer keeps it, as any frame)."""
+        cdef SendFields fields = SendFields.__new__(SendFields)
+        cdef bint has_checksum = False
+        cdef uint32_t expected = 0
+        cdef const uint8_t *start = frame + 4
+        cdef const uint8_t *entry_start
+        cdef Py_ssize_t head_size, entry_size, head_and_more
+        if available < 8:
+            return
+        # The command, a checksum and a metadata size: all there, and inside the frame, so
+        # ``_send_head`` reads the same bytes as it would in the whole frame.
+        head_and_more = 8 + <Py_ssize_t>_be32(start) + 10
+        if head_and_more > available or head_and_more > 4 + <Py_ssize_t>total_size:
+            return
+        entry_start = _send_head(start, frame + available, fields, &has_checksum, &expected)
+        if entry_start == NULL:
+            return
+        head_size = entry_start - frame
+        entry_size = 4 + <Py_ssize_t>total_size - head_size
+        self._head = PyBytes_FromStringAndSize(<const char *>frame, head_size)
+        self._entry = PyBytes_FromStringAndSize(NULL, entry_size)
+        self._filled = available - head_size
+        memcpy(PyBytes_AS_STRING(self._entry), entry_start, self._filled)
+        self._offset += available  # every byte buffered belongs to this frame
+
+    cdef object _assembled(self):
+        """The Frame of the SEND assembled in place: as the buffer would have decoded it."""
+        cdef bytes head = self._head
+        cdef bytes entry = self._entry
+        cdef const uint8_t *start = <const uint8_t *>PyBytes_AS_STRING(head) + 4
+        cdef const uint8_t *head_end = start - 4 + PyBytes_GET_SIZE(head)
+        cdef SendFields fields = SendFields.__new__(SendFields)
+        cdef bint has_checksum = False
+        cdef uint32_t expected = 0
+        self._head = None
+        self._entry = None
+        self._filled = 0
+        if _send_head(start, head_end, fields, &has_checksum, &expected) == head_end:
+            frame = _send_frame_of(start, head_end, entry,
+                                   <const uint8_t *>PyBytes_AS_STRING(entry),
+                                   PyBytes_GET_SIZE(entry), fields, has_checksum, expected)
+            if frame is not None:
+                return frame
+        whole = bytearray(head)  # not the common layout after all: the reference decides
+        whole += entry
+        try:
+            return _decode_frame(whole, 4, PyByteArray_GET_SIZE(whole))
+        except RemoteProtocolError as exc:
+            self._error = exc
+            raise
 
     cdef _compact(self):
         if self._offset:

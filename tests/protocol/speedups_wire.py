@@ -170,7 +170,7 @@ def outcomes(decoder: Any, chunks: list[bytes], identity: Any) -> list[Any]:
         for chunk in chunks:
             decoder.feed(chunk)
             seen.extend(describe(frame, identity) for frame in decoder)
-        seen.append(("buffered", decoder.buffered))
+            seen.append(("buffered", decoder.buffered))
     except RemoteProtocolError as exc:
         seen.append((type(exc), str(exc)))
         try:  # a failed decoder refuses more input, with the same message

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -88,6 +89,40 @@ def test_same_frames_and_errors_on_generated_streams(stream: tuple[list[bytes], 
     reference = outcomes(PyFrameDecoder(limit), chunks, py_of_send)
     compiled = outcomes(_speedups.FrameDecoder(limit), chunks, _speedups.of_send)
     assert compiled == reference
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(), st.integers(0, 80))
+def test_sends_assembled_in_place_decode_as_the_reference(
+    stream: tuple[list[bytes], int], assemble_over: int
+) -> None:
+    """The path of large SENDs (assembled into their entry as reads arrive), taken by every
+    frame from ``assemble_over`` bytes: the same frames, errors and buffered counts."""
+    chunks, limit = stream
+    reference = outcomes(PyFrameDecoder(limit), chunks, py_of_send)
+    assembling = _speedups.FrameDecoder(limit, assemble_over=assemble_over)
+    assert outcomes(assembling, chunks, _speedups.of_send) == reference
+
+
+@pytest.mark.parametrize("checksum", [True, False])
+def test_a_large_send_in_many_reads_is_one_copy_of_its_entry(checksum: bool) -> None:
+    entry = b"\x00\x00\x00\x02\x0a\x00" + bytes(range(256)) * 800  # 200 KB
+    frame = commands.send(3, 9, entry, checksum=checksum)
+    following = commands.ping()
+    data = frame + following
+    decoder = _speedups.FrameDecoder()
+    decoded = []
+    for start in range(0, len(data), 7001):  # reads cutting the head, the entry and the PING
+        decoder.feed(memoryview(data)[start : start + 7001])
+        decoded.extend(decoder)
+    assert [f.type for f in decoded] == [pb.BaseCommand.SEND, pb.BaseCommand.PING]
+    send = decoded[0]
+    assert type(send.entry) is bytes
+    assert send.entry == entry
+    assert send.checksum_valid
+    assert send.has_checksum is checksum
+    assert (send.command.send.producer_id, send.command.send.sequence_id) == (3, 9)
+    assert decoder.buffered == 0
 
 
 def test_ordinary_sends_take_the_fast_path() -> None:
