@@ -47,6 +47,7 @@ import pulsar
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.machine import dd_fdatasync_mb_s
+from bench.pinned_broker import cpu_seconds
 from tests.cluster.conftest import (
     LEASE_TTL_MS,
     Cluster,
@@ -174,12 +175,6 @@ def balancer_actions(cluster: Cluster) -> dict[str, Any]:
         "transfers": len(lines),
         "last_transfers": lines[-4:],
     }
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a live process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def children_cpu_seconds() -> float:

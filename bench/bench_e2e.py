@@ -22,14 +22,8 @@ import pulsar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.pinned_broker import cpu_seconds
 from tests.helpers import BrokerProcess
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def produce(client: pulsar.Client, topic: str, count: int, payload: bytes, batching: bool) -> float:
