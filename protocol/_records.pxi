@@ -4,16 +4,23 @@
 # Why parts and not one joined buffer: a group commit of batched entries is megabytes, and a
 # fresh buffer of that size is a fresh mmap, so joining cost a page fault per 4 KiB plus the
 # copy, and the kernel's copy into the page cache then ran at a third of its speed (P1 of issue
-# #26: 77 % of the broker's CPU was system time). Each entry is now written from its own bytes.
-# Both CRCs of a record (the header's, over length + entry, and the segment's running one, over
-# every record byte) are taken here, the GIL released once for the whole group when it is large.
+# #26: 77 % of the broker's CPU was system time). An entry of OWN_BUFFER_BYTES or more is written
+# from its own bytes; the headers and the small entries between two such are copied into one run
+# (a part costs pwritev about as much as copying a kilobyte, and a group of small unbatched
+# entries is small). Both CRCs of a record (the header's, over length + entry, and the segment's
+# running one, over every record byte) are taken here, the GIL released once when the group is
+# large.
 
 from cpython.bytes cimport PyBytes_Check
 from libc.stdlib cimport free, malloc
 
-# Below this many entry bytes the CRC loop is shorter than a GIL hand-over.
 cdef enum:
+    # Below this many entry bytes the CRC loop is shorter than a GIL hand-over.
     _RELEASE_GIL_BYTES = 65536
+    # Entries from this size on are a part of their own (``RECORD_OWN_BUFFER_BYTES``).
+    _OWN_BUFFER_BYTES = 4096
+
+RECORD_OWN_BUFFER_BYTES = _OWN_BUFFER_BYTES
 
 
 cdef inline void _store_le32(uint8_t *p, uint32_t value) noexcept nogil:
@@ -37,16 +44,34 @@ cdef void _record_crcs(const uint8_t **data, Py_ssize_t *sizes, Py_ssize_t count
         running[0] = magnetar_crc32c(magnetar_crc32c(running[0], header, 8), data[i], sizes[i])
 
 
+cdef bytes _run(const uint8_t **data, Py_ssize_t *sizes, const uint8_t *headers,
+                Py_ssize_t first, Py_ssize_t stop, bint with_next_header):
+    """Records ``first``..``stop - 1`` copied into one bytes, then the header of ``stop``."""
+    cdef Py_ssize_t i, size = 8 if with_next_header else 0
+    cdef char *out
+    for i in range(first, stop):
+        size += 8 + sizes[i]
+    run = PyBytes_FromStringAndSize(NULL, size)
+    out = PyBytes_AS_STRING(run)
+    for i in range(first, stop):
+        memcpy(out, headers + 8 * i, 8)
+        memcpy(out + 8, data[i], sizes[i])
+        out += 8 + sizes[i]
+    if with_next_header:
+        memcpy(out, headers + 8 * stop, 8)
+    return run
+
+
 def encode_record_parts(list entries, uint32_t running_crc):
-    """``(parts, offsets, size, crc)``: header, entry, header, entry... for ``entries`` (bytes),
-    each record's offset from the first, their total size and ``running_crc`` carried over
-    them all. Anything but bytes goes to the reference (it takes any buffer)."""
-    cdef Py_ssize_t count = len(entries), i, total = 0, size
+    """``(parts, offsets, size, crc)``: the records of ``entries`` (bytes) as parts to write
+    back to back, each record's offset from the first, their total size and ``running_crc``
+    carried over them all. Anything but bytes goes to the reference (it takes any buffer)."""
+    cdef Py_ssize_t count = len(entries), i, first = 0, total = 0, size = 0
     cdef const uint8_t **data
     cdef Py_ssize_t *sizes
     cdef uint8_t *headers
     cdef uint32_t running = running_crc
-    cdef list parts, offsets
+    cdef list parts = [], offsets
     for i in range(count):
         if not PyBytes_Check(entries[i]) or PyBytes_GET_SIZE(entries[i]) > UINT32_MAX:
             return _reference_encode_record_parts(entries, running_crc)
@@ -69,14 +94,16 @@ def encode_record_parts(list entries, uint32_t running_crc):
                 _record_crcs(data, sizes, count, headers, &running)
         else:
             _record_crcs(data, sizes, count, headers, &running)
-        parts = [None] * (2 * count)
         offsets = [None] * count
-        size = 0
         for i in range(count):
             offsets[i] = size
-            parts[2 * i] = PyBytes_FromStringAndSize(<char *>headers + 8 * i, 8)
-            parts[2 * i + 1] = entries[i]
             size += 8 + sizes[i]
+            if sizes[i] >= _OWN_BUFFER_BYTES:
+                parts.append(_run(data, sizes, headers, first, i, True))
+                parts.append(entries[i])
+                first = i + 1
+        if first < count:
+            parts.append(_run(data, sizes, headers, first, count, False))
         return parts, offsets, size, running
     finally:
         free(data)

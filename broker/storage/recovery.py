@@ -47,18 +47,26 @@ def record_header(entry: bytes | memoryview) -> bytes:
     return RECORD_HEADER.pack(len(entry), record_crc(entry))
 
 
-#: A flush's records as ``pwritev`` parts: (header, entry, header, entry..., each record's
-#: offset from the first, the parts' total size, the running crc carried over every byte).
+#: A flush's records as ``pwritev`` parts: (the parts, each record's offset from the first, the
+#: parts' total size, the running crc carried over every byte).
 RecordParts = tuple[list[bytes], list[int], int, int]
+
+#: An entry this large is written from its own buffer; smaller ones, with the headers, are
+#: copied into runs (a ``pwritev`` part costs about as much as copying a kilobyte).
+OWN_BUFFER_BYTES = 4096
 
 
 def py_encode_record_parts(entries: list[bytes], running_crc: int) -> RecordParts:
-    """The records for ``entries``, each entry written from its own buffer (no joined copy).
+    """The records for ``entries`` as parts to write back to back: each entry of
+    ``OWN_BUFFER_BYTES`` or more is a part of its own (no copy); the headers and the smaller
+    entries between two such are joined into one part.
 
     The reference of the compiled ``encode_record_parts``: the flush of a group commit, whose
-    entries may add up to megabytes, which a joined buffer would copy (and fault in) once more.
+    batched entries may add up to megabytes, which a joined buffer would copy (and fault in)
+    once more.
     """
     parts: list[bytes] = []
+    run: list[bytes] = []
     offsets: list[int] = []
     position = 0
     pack_header, pack_length, crc = RECORD_HEADER.pack, _LENGTH.pack, crc32c.crc32c
@@ -67,9 +75,15 @@ def py_encode_record_parts(entries: list[bytes], running_crc: int) -> RecordPart
         header = pack_header(length, crc(entry, crc(pack_length(length))))
         running_crc = crc(entry, crc(header, running_crc))
         offsets.append(position)
-        parts.append(header)
-        parts.append(entry)
         position += RECORD_HEADER_SIZE + length
+        run.append(header)
+        if length >= OWN_BUFFER_BYTES:
+            parts += (b"".join(run), bytes(entry))
+            run = []
+        else:
+            run.append(entry)
+    if run:
+        parts.append(b"".join(run))
     return parts, offsets, position, running_crc
 
 

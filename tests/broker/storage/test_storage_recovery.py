@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from broker.storage import CorruptLedgerError, Ledger, LedgerConfig, Position, scan_valid_prefix
 from broker.storage.position import BEFORE_EVERYTHING
 from broker.storage.recovery import (
+    OWN_BUFFER_BYTES,
     RECORD_HEADER_SIZE,
     encode_record_parts,
     encode_records,
@@ -69,7 +70,11 @@ def test_crc_covers_the_length_field() -> None:
 
 
 entry_lists = st.lists(
-    st.one_of(st.binary(max_size=64), st.sampled_from([b"", bytes(70_000), b"x" * 200_000])),
+    st.one_of(
+        st.binary(max_size=64),
+        st.sampled_from([b"", b"o" * (OWN_BUFFER_BYTES - 1), bytes(OWN_BUFFER_BYTES)]),
+        st.sampled_from([bytes(70_000), b"x" * 200_000]),
+    ),
     max_size=20,
 )
 
@@ -77,6 +82,7 @@ entry_lists = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(entries=entry_lists, running=st.integers(0, (1 << 32) - 1))
 def test_compiled_record_parts_match_the_reference(entries: list[bytes], running: int) -> None:
+    assert _speedups.RECORD_OWN_BUFFER_BYTES == OWN_BUFFER_BYTES
     assert _speedups.encode_record_parts(entries, running) == py_encode_record_parts(
         entries, running
     )
@@ -89,12 +95,15 @@ def test_record_parts_are_the_records_and_carry_the_running_crc(
 ) -> None:
     parts, offsets, size, crc = encode_record_parts(entries, running)
     joined = b"".join(parts)
-    assert parts[1::2] == entries  # each entry written from its own buffer
-    assert parts[0::2] == [record_header(entry) for entry in entries]
+    assert joined == b"".join(record_header(entry) + entry for entry in entries)
     assert size == len(joined)
     assert crc == crc32c.crc32c(joined, running)
     scan = scan_valid_prefix(joined)
     assert (scan.valid_bytes, list(scan.offsets)) == (size, offsets)
+    # Large entries are written from their own buffer, small ones copied into runs between.
+    large = [entry for entry in entries if len(entry) >= OWN_BUFFER_BYTES]
+    assert [part for part in parts if any(part is entry for entry in large)] == large
+    assert len(parts) <= 2 * len(large) + 1
 
 
 def test_compiled_record_parts_take_any_buffer_through_the_reference() -> None:
