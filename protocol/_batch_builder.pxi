@@ -1,7 +1,7 @@
 # Batch records from columns: pack_records of protocol/batch_builder.py (included in
 # _speedups.pyx). Same arguments, results and errors as the reference, py_pack_records, which
 # the property tests (tests/protocol/test_batch_builder.py) hold it to. The records are written
-# into one growing C buffer: no Python object per row but the sequence id's int.
+# into one growing C buffer: no Python object per row (ids after the first are counted in C).
 
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
@@ -110,6 +110,7 @@ def pack_records(payloads, first_sequence_id, Py_ssize_t start, Py_ssize_t max_m
     cdef const char *key_data
     cdef uint64_t sequence_id, event_time
     cdef uint64_t previous = 0
+    cdef uint64_t base = 0  # the start row's sequence id, when they count up
     cdef bint have_previous = False
     cdef uint32_t be
     cdef _PackBuffer out
@@ -132,7 +133,13 @@ def pack_records(payloads, first_sequence_id, Py_ssize_t start, Py_ssize_t max_m
                     f"a payload must be bytes or None, not {type(payload).__name__}"
                 )
             if sequence_ids is None:
-                sequence_id = _pack_u64(first_sequence_id + row, "a sequence id")
+                # The first row's id is checked as the reference does; the next ones count
+                # up from it in C (an id past 2**64-1 goes back to the check, for its error).
+                if row > start and base + <uint64_t>(row - start) > base:
+                    sequence_id = base + <uint64_t>(row - start)
+                else:
+                    sequence_id = _pack_u64(first_sequence_id + row, "a sequence id")
+                    base = sequence_id
             else:
                 sequence_id = _pack_u64(sequence_ids[row], "a sequence id")
             if have_previous and sequence_id <= previous:

@@ -98,6 +98,23 @@ def test_compiled_is_the_reference(
     assert outcomes[0] == outcomes[1]
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 30), st.integers((1 << 64) - 40, (1 << 64) - 1), st.integers(0, 29))
+def test_ids_counting_past_the_top_fail_as_in_the_reference(
+    count: int, first: int, start: int
+) -> None:
+    """The compiled path counts the ids after the first in C: the row whose id passes
+    2**64-1 gets the reference's error, the rows before it the same records."""
+    payloads = [bytes([i]) for i in range(count)]
+    outcomes = []
+    for pack in (py_pack_records, COMPILED):
+        try:
+            outcomes.append(pack(payloads, first, min(start, count - 1), 100, 1 << 20))
+        except ValueError as exc:
+            outcomes.append((type(exc), str(exc)))
+    assert outcomes[0] == outcomes[1]
+
+
 @pytest.mark.parametrize("pack", [py_pack_records, COMPILED])
 def test_cuts_by_count_and_bytes(pack: Any) -> None:
     payloads = [bytes(10)] * 10
