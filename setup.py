@@ -60,6 +60,7 @@ def _extensions() -> list[Extension]:
             "protocol/_entry_metadata.pxi",
             "protocol/_acked_positions.pxi",
             "protocol/_records.pxi",
+            "protocol/_send_path.pxi",
         ],
     )
     return cythonize([speedups], compiler_directives={"language_level": "3"}, quiet=True)

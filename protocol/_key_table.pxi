@@ -2,6 +2,13 @@
 # _keys.pxi, whose _le64 and digest size it uses). broker/publish/idempotency_table.py is the
 # reference: PyKeyTable.
 
+cdef extern from "Python.h":
+    object _PyLong_FromByteArray(const unsigned char *data, size_t n, int little_endian,
+                                 int is_signed)
+    object PyUnicode_DecodeASCII(const char *data, Py_ssize_t size, const char *errors)
+
+cdef const char *_HEX = b"0123456789abcdef"
+
 DEF _NO_LEDGER = -1
 DEF _DEAD_LEDGER = -2
 DEF _EMPTY = 0xFFFFFFFF
@@ -35,6 +42,8 @@ cdef class KeyTable:
     cdef int64_t _tail
     cdef Py_ssize_t _live
     cdef readonly Py_ssize_t durable
+    cdef readonly Py_ssize_t expired  # durable slots that left by time, so far
+    cdef readonly Py_ssize_t evicted  # ... and by count
 
     def __cinit__(self):
         self._capacity = 0
@@ -200,11 +209,61 @@ cdef class KeyTable:
             records.append((self.digest(seq), (location << 45) | ms))
         return records
 
+    def snapshot_properties(self, str prefix not None):
+        """PyKeyTable.snapshot_properties: ``{prefix + digest.hex(): packed location}`` of the
+        durable slots, oldest first, built here (the snapshot's per-key work, on the loop)."""
+        cdef dict properties = {}
+        cdef bytes head = prefix.encode("ascii")
+        cdef Py_ssize_t head_size = PyBytes_GET_SIZE(head), at, i
+        cdef int64_t seq, ms = 0, ledger, entry
+        cdef int32_t index
+        cdef double stamp, last_stamp = -1.0
+        cdef char name[64 + 2 * _DIGEST]
+        cdef unsigned char packed[25]
+        cdef uint64_t low, mid, high
+        cdef const uint8_t *digest
+        if head_size > 64:
+            raise ValueError("prefix too long")
+        memcpy(name, PyBytes_AS_STRING(head), head_size)
+        for seq in range(self._head, self._tail):
+            at = seq % self._capacity
+            ledger = self._ledgers[at]
+            if ledger < 0:
+                continue
+            stamp = self._stamps[at]
+            if stamp != last_stamp:
+                last_stamp, ms = stamp, _stamp_ms(stamp)
+            digest = self._digest_at(seq)
+            for i in range(_DIGEST):
+                name[head_size + 2 * i] = _HEX[digest[i] >> 4]
+                name[head_size + 2 * i + 1] = _HEX[digest[i] & 15]
+            entry = self._entries[at]
+            index = self._batch[at]
+            if entry < 0 or not (-1 <= index < (1 << 21) - 1) or not (0 <= ms < (1 << 45)):
+                # Outside the fields' widths: the reference's arithmetic, as snapshot_records.
+                location = ((<object>ledger << 64) | entry) << 21 | (<object>index + 1)
+                value = (location << 45) | ms
+            else:  # ledger << 130 | entry << 66 | (index + 1) << 45 | ms, 25 bytes little-endian
+                low = <uint64_t>ms | (<uint64_t>(index + 1) << 45)
+                mid = (<uint64_t>(index + 1) >> 19) | (<uint64_t>entry << 2)
+                high = (<uint64_t>entry >> 62) | (<uint64_t>ledger << 2)
+                for i in range(8):
+                    packed[i] = <unsigned char>(low >> (8 * i))
+                    packed[8 + i] = <unsigned char>(mid >> (8 * i))
+                    packed[16 + i] = <unsigned char>(high >> (8 * i))
+                packed[24] = <unsigned char>(<uint64_t>ledger >> 62)
+                value = _PyLong_FromByteArray(packed, 25, 1, 0)
+            properties[PyUnicode_DecodeASCII(name, head_size + 2 * _DIGEST, NULL)] = value
+        return properties
+
     def add(self, bytes digest not None, double stamp):
-        cdef int64_t seq
-        cdef Py_ssize_t at
         if PyBytes_GET_SIZE(digest) != _DIGEST:
             raise ValueError(f"a key digest has {_DIGEST} bytes, not {len(digest)}")
+        return self._add(digest, stamp)
+
+    cdef int64_t _add(self, bytes digest, double stamp) except -1:
+        cdef int64_t seq
+        cdef Py_ssize_t at
         if self._tail - self._head == self._capacity:
             self._allocate_ring(self._capacity + self._capacity // 2 + _MIN_CAPACITY)
         if 2 * (self._live + 1) > self._ncells:
@@ -256,6 +315,12 @@ cdef class KeyTable:
         self.durable -= 1
 
     def expire_older(self, double now, double seconds):
+        return self._expire_older(now, seconds)
+
+    def evict_over(self, Py_ssize_t max_keys):
+        return self._evict_over(max_keys)
+
+    cdef Py_ssize_t _expire_older(self, double now, double seconds) except -1:
         cdef Py_ssize_t removed = 0, at
         cdef int64_t ledger
         while self._head < self._tail:
@@ -269,9 +334,10 @@ cdef class KeyTable:
             self._pop_head()
             removed += 1
         self._maybe_shrink()
+        self.expired += removed
         return removed
 
-    def evict_over(self, Py_ssize_t max_keys):
+    cdef Py_ssize_t _evict_over(self, Py_ssize_t max_keys) except -1:
         cdef Py_ssize_t removed = 0, at
         cdef int64_t ledger
         while self.durable > max_keys and self._head < self._tail:
@@ -285,7 +351,22 @@ cdef class KeyTable:
             self._pop_head()
             removed += 1
         self._maybe_shrink()
+        self.evicted += removed
         return removed
+
+    def reserve(self, bytes digest not None, double now, double seconds, Py_ssize_t max_keys):
+        """PyKeyTable.reserve: expire, evict, find and add in one call (the new slot, or
+        ``-1 - seq`` of the live slot holding ``digest``)."""
+        cdef int64_t found
+        if PyBytes_GET_SIZE(digest) != _DIGEST:
+            raise ValueError(f"a key digest has {_DIGEST} bytes, not {len(digest)}")
+        self._expire_older(now, seconds)
+        if self.durable > max_keys:
+            self._evict_over(max_keys)
+        found = self._find(<const uint8_t *>PyBytes_AS_STRING(digest))
+        if found >= 0:
+            return -1 - found
+        return self._add(digest, now)
 
     def clear_durable(self):
         for seq in self.durable_slots():

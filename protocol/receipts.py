@@ -31,7 +31,8 @@ and read back as the signed value the codec's callers see (``protocol.ids.from_u
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, NamedTuple
+from collections import deque
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
 from protocol._accel import speedups
 from protocol.framing import Frame, FrameDecoder
@@ -41,9 +42,12 @@ __all__ = [
     "Receipt",
     "ReceiptEncoder",
     "ReceiptReader",
+    "SendOutcome",
     "encode_varint",
     "parse_receipt",
+    "py_take_settled_receipts",
     "receipt_of",
+    "take_settled_receipts",
 ]
 
 _U64_MASK = (1 << 64) - 1
@@ -137,13 +141,52 @@ class PyReceiptEncoder:
         return b"".join((_FRAME_HEADER(body_size + 4, body_size), _RECEIPT_PREFIX, length, sub))
 
 
+class SendOutcome(Protocol):
+    """What the receipts of a settled run read of a SEND's outcome (the broker's
+    ``PublishOutcome``): settled (``done``), where it is durable (a ``(ledger_id, entry_id)``
+    tuple; None: a duplicate), and whether it failed."""
+
+    @property
+    def done(self) -> bool: ...
+    @property
+    def position(self) -> tuple[int, int] | None: ...
+    @property
+    def error(self) -> BaseException | None: ...
+
+
+_Outcome = TypeVar("_Outcome", bound=SendOutcome)
+
+
+def py_take_settled_receipts(
+    producer_id: int, pending: deque[tuple[int, int, _Outcome]]
+) -> tuple[bytes, int]:
+    """The SEND_RECEIPT frames, in one buffer, of the settled prefix of ``pending`` (a
+    producer's ``(sequence_id, highest_sequence_id, outcome)`` in SEND order), and how many;
+    those entries are popped. Stops at the first outcome not settled or settled with an error
+    (its SEND_ERROR is the caller's). A duplicate (no position) is answered ``-1:-1``."""
+    encoder = PyReceiptEncoder(producer_id)
+    frames: list[bytes] = []
+    while pending:
+        sequence_id, highest_sequence_id, outcome = pending[0]
+        if not outcome.done or outcome.error is not None:
+            break
+        pending.popleft()
+        position = outcome.position
+        ledger_id, entry_id = (-1, -1) if position is None else position
+        frames.append(encoder.receipt(sequence_id, ledger_id, entry_id, highest_sequence_id))
+    return b"".join(frames), len(frames)
+
+
 _speedups = speedups()
 if TYPE_CHECKING:
     ReceiptEncoder = PyReceiptEncoder
+    take_settled_receipts = py_take_settled_receipts
 elif _speedups is not None:
     ReceiptEncoder = _speedups.ReceiptEncoder
+    take_settled_receipts = _speedups.take_settled_receipts
 else:
     ReceiptEncoder = PyReceiptEncoder
+    take_settled_receipts = py_take_settled_receipts
 
 
 # --- reading ---------------------------------------------------------------------------------

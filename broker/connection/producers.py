@@ -44,11 +44,12 @@ from protocol.enums import ProducerAccessMode
 from protocol.errors import RemoteProtocolError
 from protocol.framing import Frame
 from protocol.ids import I64_MAX, from_u64, to_u64
-from protocol.metadata import ChunkInfo, SendEntryChecker
-from protocol.receipts import ReceiptEncoder
+from protocol.metadata import SendEntryChecker
+from protocol.receipts import take_settled_receipts
 
 if TYPE_CHECKING:
     from broker.connection.handle import ConnectionHandle
+    from broker.publish.publisher import Publisher
     from broker.topics.topic import Topic
 
 T = pb.BaseCommand.Type
@@ -61,7 +62,8 @@ class _ProducerState:
     #: SENDs in arrival order, until their receipt (or SEND_ERROR) is written: the SEND's
     #: sequence id and highest sequence id (what the receipt echoes) and the topic's answer.
     receipts: deque[tuple[int, int, PublishOutcome]] = field(default_factory=deque)
-    encoder: ReceiptEncoder = field(init=False)
+    #: The topic's publish path (``topic.publisher``, fixed for the topic's life), read once.
+    publisher: Publisher = field(init=False)
     #: What the topic calls once per group commit (one object, so the topic can tell runs of
     #: this producer's requests apart cheaply); set by the endpoint.
     on_settled: Callable[[], None] = field(init=False)
@@ -72,7 +74,7 @@ class _ProducerState:
     schema_version: bytes | None = None
 
     def __post_init__(self) -> None:
-        self.encoder = ReceiptEncoder(self.producer.producer_id)
+        self.publisher = self.topic.publisher
 
 
 class ProducerEndpoint:
@@ -86,6 +88,8 @@ class ProducerEndpoint:
         self._producers: dict[int, _ProducerState] = {}
         self._closing_producers: set[_ProducerState] = set()
         self._pending_publishes = 0
+        # Read per SEND: the config is frozen, so the setting is read once.
+        self._max_pending = self._config.max_pending_publish_requests_per_connection
         self._entry_checker = SendEntryChecker()
         self._creating: set[int] = set()  # producer ids whose PRODUCER is being handled
 
@@ -243,68 +247,66 @@ class ProducerEndpoint:
         sequence_id, highest, num_messages = send_identity.of_send(send)
         entry = frame.entry
         assert entry is not None
+        producer = state.producer
         outcome: PublishOutcome
         try:
-            chunk = self._check_entry(frame, entry, num_messages)
-            outcome = state.topic.publisher.submit(
-                state.producer, sequence_id, highest, entry, chunk, num_messages, state.on_settled
+            # Rule 4, inline (this runs once per message): a bad checksum or metadata is
+            # refused in its turn; the checker gives the chunk facts of a valid entry.
+            if not frame.checksum_valid:
+                raise ChecksumError("Checksum failed on the broker")
+            try:
+                chunk = self._entry_checker.check(entry, num_messages)
+            except RemoteProtocolError as exc:
+                raise InvalidMessageMetadata(f"Invalid message metadata: {exc}") from None
+            outcome = state.publisher.submit(
+                producer, sequence_id, highest, entry, chunk, num_messages, state.on_settled
             )
         except ProducerFenced:
             # PIP-68: nothing from a fenced producer reaches the ledger; the client learns it
             # on reconnect (its stale topic epoch is refused with ProducerFenced).
-            self.close_producer(state.producer)
+            self.close_producer(producer)
             return
         except BrokerError as exc:
             outcome = Settled(error=exc)
-        state.producer.msg_in += num_messages
+        producer.msg_in += num_messages
         state.receipts.append((sequence_id, highest, outcome))
         self._pending_publishes += 1
-        if self._pending_publishes >= self._config.max_pending_publish_requests_per_connection:
+        if self._pending_publishes >= self._max_pending:
             self._conn.pause_reading()
         if outcome.done:  # a duplicate or a refusal: answered in its turn (rule 2)
             self._drain_receipts(state)
 
-    def _check_entry(self, frame: Frame, entry: bytes, num_messages: int) -> ChunkInfo | None:
-        """Refuse an entry that must not be stored (rule 4); its chunk facts otherwise."""
-        if not frame.checksum_valid:
-            raise ChecksumError("Checksum failed on the broker")
-        try:
-            return self._entry_checker.check(entry, num_messages)
-        except RemoteProtocolError as exc:
-            raise InvalidMessageMetadata(f"Invalid message metadata: {exc}") from None
-
     def _drain_receipts(self, state: _ProducerState) -> None:
-        """Write the receipts of the settled prefix of ``state.receipts``, in one write."""
+        """Write the receipts of the settled prefix of ``state.receipts``, in one write.
+
+        The receipts of a run of durable (or duplicate) SENDs come from one compiled call
+        (``take_settled_receipts``); a refused SEND in between is answered with its SEND_ERROR
+        in its turn."""
         receipts = state.receipts
         if not receipts or not receipts[0][2].done:
             return
         producer_id = state.producer.producer_id
-        receipt = state.encoder.receipt
         frames: list[bytes] = []
         count = 0
-        while receipts and receipts[0][2].done:
-            sequence_id, highest, outcome = receipts.popleft()
-            count += 1
+        while True:
+            data, taken = take_settled_receipts(producer_id, receipts)
+            if taken:
+                frames.append(data)
+                count += taken
+            if not receipts or not receipts[0][2].done:
+                break
+            sequence_id, _highest, outcome = receipts.popleft()  # settled with an error
             error = outcome.error
-            if error is not None:
-                code, message = to_wire(error)
-                # Any SEND_ERROR but ChecksumError makes the C++ client reconnect and resend.
-                frames.append(commands.send_error(producer_id, sequence_id, code, message))
-                continue
-            position = outcome.position
-            if position is None:  # a duplicate (PIP-6): message id -1:-1
-                frames.append(receipt(sequence_id, -1, -1, highest))
-            else:
-                frames.append(receipt(sequence_id, position.ledger_id, position.entry_id, highest))
-        self._conn.write(b"".join(frames) if count > 1 else frames[0])
+            assert error is not None
+            code, message = to_wire(error)
+            # Any SEND_ERROR but ChecksumError makes the C++ client reconnect and resend.
+            frames.append(commands.send_error(producer_id, sequence_id, code, message))
+            count += 1
+        self._conn.write(frames[0] if len(frames) == 1 else b"".join(frames))
         self._pending_publishes -= count
         if not receipts and state.drained is not None and not state.drained.done():
             state.drained.set_result(None)
-        if (
-            self._conn.reading_paused
-            and self._pending_publishes
-            <= self._config.max_pending_publish_requests_per_connection // 2
-        ):
+        if self._conn.reading_paused and self._pending_publishes <= self._max_pending // 2:
             self._conn.resume_reading()
 
     def on_close_producer(self, frame: Frame) -> None:

@@ -292,13 +292,25 @@ class MessageDeduplication(Generic[P]):
     # ------------------------------------------------------------------ publishing
 
     def may_be_duplicate(self, producer_name: str, sequence_id: int) -> bool:
-        """Whether `check` would need more than the first id: ``sequence_id <= pushed``.
-
-        A cheap test the topic runs before `check` so that it looks inside a batch (for its
-        exact highest id) only on the rare path, never for a new entry.
-        """
+        """Whether `check` would need more than the first id (``sequence_id <= pushed``): only
+        then need a batch be looked into for its exact highest id (the rare path)."""
         pushed = self._pushed.get(producer_name)
         return pushed is not None and sequence_id <= pushed
+
+    def check_above_pushed(
+        self, producer_name: str, sequence_id: int, highest_sequence_id: int
+    ) -> DedupResult | None:
+        """`check`'s common case in one call: a first id above the pushed mark is NOT_DUP (ids
+        pushed); else None, nothing changed (the caller may refine the highest id first)."""
+        if self._state is not _READY:
+            self._require(DedupState.READY, "check")
+        pushed = self._pushed.get(producer_name)
+        if pushed is not None and sequence_id <= pushed:
+            return None
+        high = highest_sequence_id if highest_sequence_id > sequence_id else sequence_id
+        self._pushed[producer_name] = high
+        self._accepted += 1
+        return _NOT_DUP
 
     def check(self, producer_name: str, sequence_id: int, highest_sequence_id: int) -> DedupResult:
         """Java's ``isDuplicate``, with the batch range: classify an entry; if new, push its ids.
@@ -314,14 +326,11 @@ class MessageDeduplication(Generic[P]):
         * otherwise the batch straddles the persisted mark with nothing in flight: NOT_DUP,
           stored whole (see the module docstring, R8 / Pulsar #6273).
         """
-        if self._state is not _READY:
-            self._require(DedupState.READY, "check")
+        verdict = self.check_above_pushed(producer_name, sequence_id, highest_sequence_id)
+        if verdict is not None:
+            return verdict
         high = highest_sequence_id if highest_sequence_id > sequence_id else sequence_id
-        pushed = self._pushed.get(producer_name)
-        if pushed is None or sequence_id > pushed:
-            self._pushed[producer_name] = high
-            self._accepted += 1
-            return _NOT_DUP
+        pushed = self._pushed[producer_name]
         persisted = self._persisted.get(producer_name)
         if persisted is not None and high <= persisted:
             self._duplicates += 1
@@ -372,8 +381,11 @@ class MessageDeduplication(Generic[P]):
         self._last_persisted_position = position
         self._persisted_entries += 1
 
-    def on_persisted(self, producer_name: str, highest_sequence_id: int, position: P) -> None:
-        """Storage made one entry durable at ``position``; call in log order.
+    def on_persisted(
+        self, producer_name: str, highest_sequence_id: int, position: P, count: int = 1
+    ) -> None:
+        """Storage made one entry durable at ``position`` (or ``count`` whole entries of this
+        name, the largest id and the last position of the run); call in log order.
 
         Also lifts *pushed* if it is lower, keeping invariant 1 even if the topic reports a
         persist after a `on_write_failed` that did not cover this entry.
@@ -393,7 +405,7 @@ class MessageDeduplication(Generic[P]):
         if chunks is not None and (chunks.persisted or chunks.pushed):
             chunks.on_message_persisted(producer_name, highest_sequence_id)
         self._last_persisted_position = position
-        self._persisted_entries += 1
+        self._persisted_entries += count
 
     def on_write_failed(self) -> None:
         """A write failed: every in-flight id, of every producer, is back to not stored.

@@ -26,21 +26,24 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
+from broker.publish.idempotency_window import Verdict
+from broker.publish.publication import Settled
 from protocol.compression import CompressionError
 from protocol.compression import decode as decompress
 from protocol.enums import DEFAULT_MAX_MESSAGE_SIZE, IDEMPOTENCY_KEY_PROPERTY, CompressionType
-from protocol.idempotency_scan import KeyScanBudget, quick_key, scan_batch, scan_metadata
+from protocol.idempotency_scan import KeyScanBudget, scan_batch, scan_metadata
 
 if TYPE_CHECKING:
-    from broker.publish.idempotency_window import Admission, IdempotencyWindow
+    from broker.publish.idempotency_window import IdempotencyWindow, Ticket
 
 __all__ = [
     "MAX_KEYED_BATCH_MESSAGES",
     "MAX_KEYED_HEADER_BYTES",
     "MAX_KEYED_PROPERTIES",
     "EntryKeys",
+    "KeyInFlight",
     "KeyScanRefused",
-    "check_entry",
+    "admit_entry",
     "entry_keys",
 ]
 
@@ -142,19 +145,39 @@ def entry_keys(
     return EntryKeys(keys, is_batch=True)
 
 
-def check_entry(window: IdempotencyWindow, entry: bytes) -> Admission | None:
-    """The window's `Admission` of ``entry`` on the SEND path (None: it carries no key).
+class KeyInFlight(Exception):
+    """A key of the entry is still being written: whether it is a duplicate is not known yet."""
 
-    One compiled call answers the common cases (no key; one message with one key), without a
-    Python object per message beyond the key's digest; the rest goes through `entry_keys`.
+
+def admit_entry(
+    window: IdempotencyWindow, entry: bytes, quick: bytes | None
+) -> Ticket | int | Settled | None:
+    """Check and admit the keys of an entry, on the SEND path (issue #26).
+
+    ``quick`` is what `quick_key` said of ``entry`` when not False: the digest of a single
+    message's key (then one call into the window's table decides and admits it), or None (a
+    batch or a compressed entry: `entry_keys`, `IdempotencyWindow.check` and ``admit``).
+
+    Returns the ticket of the admitted keys (settle it with `IdempotencyWindow.on_persisted`
+    or ``on_write_failed``; a refusal after this call must release it that way), the answer
+    to a duplicate (its original's position), or None: no key, nothing admitted.
 
     Raises:
+        KeyInFlight: a key of the entry is still being written.
         KeyScanRefused: as `entry_keys`.
     """
-    quick = quick_key(entry, MAX_KEYED_HEADER_BYTES, MAX_KEYED_PROPERTIES)
-    if quick is False:
-        return None
     if quick is not None:
-        return window.check_one(quick)  # type: ignore[arg-type]  # a digest
+        answer = window.reserve_one(quick)
+        if answer is None:
+            raise KeyInFlight
+        return answer if isinstance(answer, int) else Settled(answer)
     keys = entry_keys(entry, window.config.max_uncompressed_bytes)
-    return None if keys is None else window.check(keys.keys)
+    if keys is None:
+        return None
+    admission = window.check(keys.keys)
+    verdict = admission.verdict
+    if verdict is Verdict.DUPLICATE:
+        return Settled(admission.original)
+    if verdict is Verdict.IN_FLIGHT:
+        raise KeyInFlight
+    return window.admit(admission)

@@ -100,6 +100,12 @@ def encode_snapshot(
 ) -> dict[str, int]:
     """The cursor properties of a snapshot (`IdempotencyWindow.snapshot_records`): format 2."""
     properties = {_DIGEST_PREFIX + digest.hex(): packed for digest, packed in records}
+    return _with_format_and_hidden(properties, hidden)
+
+
+def _with_format_and_hidden(
+    properties: dict[str, int], hidden: Mapping[Position, int]
+) -> dict[str, int]:
     properties[_FORMAT_PROPERTY] = FORMAT
     for position, mask in hidden.items():
         properties[f"{_HIDDEN_PREFIX}{position.ledger_id}:{position.entry_id}"] = mask
@@ -184,7 +190,9 @@ def take_snapshot(ledger: Ledger, window: IdempotencyWindow) -> None:
     if position is None:
         return
     window.forget_hidden_before(ledger.first_position)
-    records, hidden = window.snapshot_records()
+    # encode_snapshot(*window.snapshot_records()), the keys' part made by the table in one
+    # call: a snapshot holds every key of the window and runs on the event loop.
+    keys, hidden = window.snapshot_properties(_DIGEST_PREFIX)
     ledger.open_cursor(IDEMPOTENCY_CURSOR).mark_delete(
-        position, properties=encode_snapshot(records, hidden)
+        position, properties=_with_format_and_hidden(keys, hidden)
     )

@@ -26,10 +26,21 @@ import math
 from array import array
 from collections.abc import Iterator
 
+from broker.storage import Position
 from protocol._accel import speedups
 from protocol.idempotency_scan import DIGEST_SIZE
 
-__all__ = ["DEAD", "DURABLE", "IN_FLIGHT", "KeyTable", "PyKeyTable", "stamp_ms"]
+__all__ = [
+    "DEAD",
+    "DURABLE",
+    "IN_FLIGHT",
+    "STAMP_MASK",
+    "KeyTable",
+    "PyKeyTable",
+    "pack_location",
+    "stamp_ms",
+    "unpack_location",
+]
 
 DEAD, IN_FLIGHT, DURABLE = 0, 1, 2
 _NO_LEDGER, _DEAD_LEDGER = -1, -2  # the ledger-id column doubles as the slot state
@@ -51,6 +62,10 @@ class PyKeyTable:
         self._head = self._tail = 0
         self._live = 0  # slots in the index (in flight + durable)
         self.durable = 0
+        #: Durable slots that left from the head so far, by time and by count (the window's
+        #: statistics: counted here so that `reserve` answers in one call).
+        self.expired = 0
+        self.evicted = 0
         self._cells = array("I", [_EMPTY]) * (2 * _MIN_CAPACITY)
 
     def __len__(self) -> int:
@@ -109,7 +124,28 @@ class PyKeyTable:
             records.append((self.digest(seq), (location << 45) | ms))
         return records
 
+    def snapshot_properties(self, prefix: str) -> dict[str, int]:
+        """``{prefix + digest.hex(): packed}`` of `snapshot_records`, in its order: the
+        snapshot's cursor properties of the keys, made in one call."""
+        return {prefix + digest.hex(): packed for digest, packed in self.snapshot_records()}
+
     # ------------------------------------------------------------------ changes
+
+    def reserve(self, digest: bytes, now: float, seconds: float, max_keys: int) -> int:
+        """The SEND path's one call for a single key (issue #26): expire by time
+        (`expire_older`) and by count (`evict_over` past ``max_keys``), then look ``digest``
+        up; if absent, `add` it in flight stamped ``now``.
+
+        Returns the new slot (``>= 0``), or ``-1 - seq`` when ``digest`` is already live at
+        slot ``seq`` (in flight or durable: `state` tells).
+        """
+        self.expire_older(now, seconds)
+        if self.durable > max_keys:
+            self.evict_over(max_keys)
+        found = self.find(digest)
+        if found >= 0:
+            return -1 - found
+        return self.add(digest, now)
 
     def add(self, digest: bytes, stamp: float) -> int:
         """A new in-flight slot for ``digest`` (not in the table: the caller checked)."""
@@ -169,6 +205,7 @@ class PyKeyTable:
             self._pop_head()
             removed += 1
         self._maybe_shrink()
+        self.expired += removed
         return removed
 
     def evict_over(self, max_keys: int) -> int:
@@ -186,6 +223,7 @@ class PyKeyTable:
             self._pop_head()
             removed += 1
         self._maybe_shrink()
+        self.evicted += removed
         return removed
 
     def clear_durable(self) -> None:
@@ -282,6 +320,33 @@ def stamp_ms(stamp: float) -> int:
     while (ms - 1) / 1000 >= stamp:
         ms -= 1
     return ms
+
+
+# What the snapshot stores for a durable key (one int):
+#   ((ledger_id << 64 | entry_id) << 21 | batch_index + 1) << 45 | stamp_ms
+# Keys are stored in acceptance order, so sorting packed values restores that order.
+_STAMP_BITS = 45
+_INDEX_BITS = 21
+STAMP_MASK = (1 << _STAMP_BITS) - 1
+_INDEX_MASK = (1 << _INDEX_BITS) - 1
+_U64 = (1 << 64) - 1
+
+
+def pack_location(position: Position, batch_index: int, stamp: float) -> int:
+    """A snapshotted key's value: where its message is and when it was accepted (seconds,
+    rounded up to the millisecond: `stamp_ms`)."""
+    location = (position.ledger_id << 64) | (position.entry_id & _U64)
+    location = (location << _INDEX_BITS) | (batch_index + 1)
+    return (location << _STAMP_BITS) | stamp_ms(stamp)
+
+
+def unpack_location(packed: int) -> tuple[Position, int, float]:
+    """Inverse of `pack_location` (the stamp to the millisecond)."""
+    stamp = (packed & STAMP_MASK) / 1000
+    location = packed >> _STAMP_BITS
+    batch_index = (location & _INDEX_MASK) - 1
+    location >>= _INDEX_BITS
+    return Position(location >> 64, location & _U64), batch_index, stamp
 
 
 def _choose() -> type[PyKeyTable]:

@@ -65,7 +65,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from broker.publish.idempotency_table import DURABLE, IN_FLIGHT, KeyTable, PyKeyTable, stamp_ms
+from broker.publish.idempotency_table import (
+    DURABLE,
+    IN_FLIGHT,
+    STAMP_MASK,
+    KeyTable,
+    PyKeyTable,
+    pack_location,
+    stamp_ms,
+    unpack_location,
+)
 from broker.storage import Position
 from protocol.enums import DEFAULT_MAX_MESSAGE_SIZE, IDEMPOTENCY_KEY_PROPERTY
 from protocol.idempotency_scan import key_digest
@@ -168,33 +177,6 @@ class Ticket:
         return ((index, self.first + n) for n, index in enumerate(self.indexes))
 
 
-# What the snapshot stores for a durable key (one int):
-#   ((ledger_id << 64 | entry_id) << 21 | batch_index + 1) << 45 | stamp_ms
-# Keys are stored in acceptance order, so sorting packed values restores that order.
-_STAMP_BITS = 45
-_INDEX_BITS = 21
-_STAMP_MASK = (1 << _STAMP_BITS) - 1
-_INDEX_MASK = (1 << _INDEX_BITS) - 1
-_U64 = (1 << 64) - 1
-
-
-def pack_location(position: Position, batch_index: int, stamp: float) -> int:
-    """A snapshotted key's value: where its message is and when it was accepted (seconds,
-    rounded up to the millisecond: `stamp_ms`)."""
-    location = (position.ledger_id << 64) | (position.entry_id & _U64)
-    location = (location << _INDEX_BITS) | (batch_index + 1)
-    return (location << _STAMP_BITS) | stamp_ms(stamp)
-
-
-def unpack_location(packed: int) -> tuple[Position, int, float]:
-    """Inverse of `pack_location` (the stamp to the millisecond)."""
-    stamp = (packed & _STAMP_MASK) / 1000
-    location = packed >> _STAMP_BITS
-    batch_index = (location & _INDEX_MASK) - 1
-    location >>= _INDEX_BITS
-    return Position(location >> 64, location & _U64), batch_index, stamp
-
-
 class IdempotencyWindow:
     """The window of one topic (partition); see the module docstring."""
 
@@ -207,9 +189,8 @@ class IdempotencyWindow:
         "_last_persisted_position",
         "_last_stamp",
         "_table",
+        "checking",
         "duplicates",
-        "evicted",
-        "expired",
         "hidden_messages",
         "in_flight_answers",
         "recovery_seconds",
@@ -220,6 +201,8 @@ class IdempotencyWindow:
         self, config: WindowConfig | None = None, clock: Callable[[], float] = time.time
     ) -> None:
         self._config = config if config is not None else WindowConfig()
+        #: ``config.enabled``, read by the SEND path for every entry (a plain attribute).
+        self.checking = self._config.enabled
         self._clock = clock
         # Digests in acceptance order, each in flight or durable (module docstring, "Storage").
         # The shared empty table until the first key (`_writable_table`): a table costs ~1 KiB
@@ -234,8 +217,6 @@ class IdempotencyWindow:
         self.duplicates = 0
         self.in_flight_answers = 0
         self.hidden_messages = 0
-        self.expired = 0
-        self.evicted = 0
         #: Set by the recovery (`broker.publish.idempotency_snapshot`), reported in `stats`.
         self.recovery_seconds: float | None = None
         self.replayed_entries = 0
@@ -249,6 +230,7 @@ class IdempotencyWindow:
     def reconfigure(self, config: WindowConfig) -> None:
         """New policy values; a disabled window forgets its keys (not the hidden indexes)."""
         self._config = config
+        self.checking = config.enabled
         if not config.enabled:
             self._table.clear_durable()
         else:
@@ -286,9 +268,9 @@ class IdempotencyWindow:
             now = self._last_stamp
         self._last_stamp = now
         table = self._table
-        self.expired += table.expire_older(now, config.window_seconds)
+        table.expire_older(now, config.window_seconds)
         if table.durable > config.max_keys:
-            self.evicted += table.evict_over(config.max_keys)
+            table.evict_over(config.max_keys)
         found = table.find(digest)
         if found < 0:
             return Admission(Verdict.NEW, None, (digest,))
@@ -297,6 +279,32 @@ class IdempotencyWindow:
             return _IN_FLIGHT
         self.duplicates += 1
         return Admission(Verdict.DUPLICATE, self._position(found))
+
+    def reserve_one(self, digest: bytes) -> int | Position | None:
+        """`check_one` and `admit` in one step, the SEND path's case (one message, one key;
+        the window is enabled): the answer costs one call into the table (issue #26).
+
+        Returns the ticket of a new key (its slot, in flight from now on: settle it with
+        `on_persisted` or `on_write_failed` like any ticket); the position of the original
+        for a duplicate; None while the key is in flight.
+        """
+        config = self._config
+        now = self._clock()
+        if now < self._last_stamp:  # stamps never go backwards (see `_now`)
+            now = self._last_stamp
+        self._last_stamp = now
+        table = self._table
+        if table is _NO_KEYS:
+            table = self._writable_table()
+        slot: int = table.reserve(digest, now, config.window_seconds, config.max_keys)
+        if slot >= 0:
+            return slot
+        found = -1 - slot
+        if table.state(found) != DURABLE:
+            self.in_flight_answers += 1
+            return None
+        self.duplicates += 1
+        return self._position(found)
 
     def _check_batch(self, keys: Sequence[Key | None]) -> Admission:
         table = self._table
@@ -363,14 +371,29 @@ class IdempotencyWindow:
                 first = slot
         return Ticket(first, admission.new_indexes, admission.hidden)
 
-    def on_persisted(self, ticket: Ticket | None, position: Position) -> None:
+    def on_persisted(self, ticket: Ticket | int | None, position: Position) -> None:
         """The entry is durable at ``position`` (every entry, keyed or not, in log order)."""
         self._last_persisted_position = position
         self._entries_since_snapshot += 1
-        if ticket is None:
-            return
+        if ticket is not None:
+            self.on_keys_persisted(ticket, position)
+
+    def on_entries_persisted(self, count: int, last: Position) -> None:
+        """`on_persisted` of ``count`` entries without tickets, the last at ``last``: a group
+        commit's in one call (entries with tickets also go through `on_keys_persisted`)."""
+        self._last_persisted_position = last
+        self._entries_since_snapshot += count
+
+    def on_keys_persisted(self, ticket: Ticket | int, position: Position) -> None:
+        """The keys part of `on_persisted`: the ticket's keys are durable at ``position``."""
         table = self._table
         ledger_id, entry_id = position
+        if type(ticket) is int:  # `reserve_one`'s: one key, batch index 0
+            table.persist(ticket, ledger_id, entry_id, 0)
+            if table.durable > self._config.max_keys:
+                table.evict_over(self._config.max_keys)
+            return
+        assert isinstance(ticket, Ticket)
         if ticket.indexes is None:
             if ticket.first >= 0:
                 table.persist(ticket.first, ledger_id, entry_id, 0)
@@ -383,14 +406,15 @@ class IdempotencyWindow:
             self._hidden[position] = ticket.hidden
             self.hidden_messages += ticket.hidden.bit_count()
         if table.durable > self._config.max_keys:
-            self.evicted += table.evict_over(self._config.max_keys)
+            table.evict_over(self._config.max_keys)
 
-    def on_write_failed(self, ticket: Ticket | None) -> None:
+    def on_write_failed(self, ticket: Ticket | int | None) -> None:
         """The entry was not stored: its keys leave the window (a retry is new)."""
         if ticket is None:
             return
         table = self._table
-        for _index, slot in ticket.slots():
+        slots = ticket.slots() if isinstance(ticket, Ticket) else ((0, ticket),)
+        for _index, slot in slots:
             if table.state(slot) == IN_FLIGHT:
                 table.discard(slot)
 
@@ -399,9 +423,9 @@ class IdempotencyWindow:
     def _expire(self, now: float) -> None:
         # Exactly the documented test, on the exact stamp: a key stays while now - t < window.
         table = self._table
-        self.expired += table.expire_older(now, self._config.window_seconds)
+        table.expire_older(now, self._config.window_seconds)
         if table.durable > self._config.max_keys:
-            self.evicted += table.evict_over(self._config.max_keys)
+            table.evict_over(self._config.max_keys)
 
     # ------------------------------------------------------------------ hidden indexes
 
@@ -441,6 +465,13 @@ class IdempotencyWindow:
         self._entries_since_snapshot = 0
         return records, dict(self._hidden) if self._hidden else {}
 
+    def snapshot_properties(self, prefix: str) -> tuple[dict[str, int], dict[Position, int]]:
+        """`snapshot_records` with the keys as ``{prefix + digest.hex(): packed}`` (the cursor
+        properties the snapshot stores), made by the table in one call."""
+        properties: dict[str, int] = self._table.snapshot_properties(prefix)
+        self._entries_since_snapshot = 0
+        return properties, dict(self._hidden) if self._hidden else {}
+
     @classmethod
     def restore(
         cls,
@@ -461,7 +492,7 @@ class IdempotencyWindow:
             if table.find(digest) >= 0:
                 continue  # cannot happen in a snapshot this code wrote
             table.persist(table.add(digest, stamp), position.ledger_id, position.entry_id, index)
-            last_stamp_ms = max(last_stamp_ms, packed & _STAMP_MASK)
+            last_stamp_ms = max(last_stamp_ms, packed & STAMP_MASK)
         window._last_stamp = last_stamp_ms / 1000
         window._hidden = dict(hidden) if hidden else None
         window._last_persisted_position = snapshot_position
@@ -538,8 +569,8 @@ class IdempotencyWindow:
             "inFlightAnswers": self.in_flight_answers,
             "hiddenMessages": self.hidden_messages,
             "entriesWithHiddenIndexes": len(self._hidden) if self._hidden else 0,
-            "expiredKeys": self.expired,
-            "evictedKeys": self.evicted,
+            "expiredKeys": self._table.expired,  # the table counts keys leaving its head
+            "evictedKeys": self._table.evicted,
             "replayedEntries": self.replayed_entries,
             "recoverySeconds": self.recovery_seconds,
         }

@@ -108,8 +108,9 @@ class Publication:
         self.position: Position | None = None
         self.error: BaseException | None = None
         self.done = False
-        # The entry's new idempotency keys and hidden indexes (issue #16), None without keys.
-        self.ticket: Ticket | None = None
+        # The entry's new idempotency keys and hidden indexes (issue #16), None without keys;
+        # a single key's is its slot in the window's table (`IdempotencyWindow.reserve_one`).
+        self.ticket: Ticket | int | None = None
 
     def resolve(self, position: Position) -> None:
         """Settle as durable at ``position``."""

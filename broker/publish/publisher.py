@@ -56,9 +56,15 @@ from broker.publish.dedup_snapshot import (
     dedup_config_from,
     exact_batch_highest_sequence_id,
 )
-from broker.publish.idempotency_keys import KeyScanRefused, check_entry
+from broker.publish.idempotency_keys import (
+    MAX_KEYED_HEADER_BYTES,
+    MAX_KEYED_PROPERTIES,
+    KeyInFlight,
+    KeyScanRefused,
+    admit_entry,
+)
 from broker.publish.idempotency_snapshot import take_snapshot as take_idempotency_snapshot
-from broker.publish.idempotency_window import Admission, IdempotencyWindow, Verdict
+from broker.publish.idempotency_window import IdempotencyWindow, Ticket
 from broker.publish.producers import Producer, ProducerRegistry
 from broker.publish.publication import (
     DUPLICATE,
@@ -71,6 +77,7 @@ from broker.publish.write_barrier import WriteBarrier
 from broker.storage import Ledger, Position, StorageError
 from broker.topics.stats import TopicStats
 from protocol.enums import InitialPosition
+from protocol.idempotency_scan import quick_key
 from protocol.metadata import ChunkInfo
 from protocol.topic_name import TopicName
 
@@ -82,6 +89,64 @@ _PURGE_CHECK_INTERVAL_S = 60.0
 SETTLE_PER_TURN = 512
 #: Shared by every publisher until one of its writes fails: most topics never see one.
 _NO_FAILED_PRODUCERS: frozenset[Producer] = frozenset()
+_NOT_DUP = DedupResult.NOT_DUP
+
+
+def _move_dedup_marks(dedup: MessageDeduplication[Position], group: list[Publication]) -> None:
+    """PIP-6's persisted marks for a durable ``group``, in append order.
+
+    The marks move once per run of one producer's whole entries (a group is mostly such runs)
+    with the run's largest id and last position: the same marks as a call per entry, since
+    they keep the maximum (``MessageDeduplication.on_persisted``'s ``count``)."""
+    run_name = ""
+    run_highest = run_count = 0
+    run_end = Position(-1, -1)  # read only while run_count > 0
+    for write in group:
+        name = write.producer.name
+        highest = write.highest_sequence_id
+        position = write.position
+        assert position is not None
+        if write.chunk_id < 0 and run_count and name == run_name:
+            if highest > run_highest:
+                run_highest = highest
+            run_count += 1
+            run_end = position
+            continue
+        if run_count:
+            dedup.on_persisted(run_name, run_highest, run_end, run_count)
+            run_count = 0
+        if write.chunk_id >= 0:  # a chunk that is not its message's last: its own progress
+            dedup.on_chunk_persisted(name, highest, write.chunk_id, position)
+        else:
+            run_name, run_highest, run_count, run_end = name, highest, 1, position
+    if run_count:
+        dedup.on_persisted(run_name, run_highest, run_end, run_count)
+
+
+_KEY_IN_FLIGHT = (
+    "Cannot determine whether the message is a duplicate at this time "
+    "(its idempotency key is still being written)"
+)
+
+
+def _key_answer(original: Position | None) -> Settled:
+    """`IdempotencyWindow.reserve_one`'s refusals: a duplicate of ``original``, or (None) a
+    key still being written, a retriable error as PIP-6's "unknown"."""
+    if original is None:
+        raise PersistenceError(_KEY_IN_FLIGHT)
+    return Settled(original)
+
+
+def _admit_keys(window: IdempotencyWindow, entry: bytes) -> Ticket | int | Settled | None:
+    """`admit_entry` of a batch or compressed entry, with its refusals as the SEND's errors."""
+    try:
+        return admit_entry(window, entry, None)
+    except KeyScanRefused as exc:
+        # Bounded work per SEND (issue #24): refused in its turn, nothing stored; the code
+        # makes the official clients fail just this message (`InvalidMessageMetadata`).
+        raise InvalidMessageMetadata(str(exc)) from None
+    except KeyInFlight:
+        raise PersistenceError(_KEY_IN_FLIGHT) from None
 
 
 class _GroupCommit:
@@ -186,26 +251,41 @@ class Publisher:
             raise ProducerFenced("Producer was fenced")
         if producer in self._failed_producers:
             raise PersistenceError("An earlier message of this producer failed to persist")
-        # Issue #16: keys first, so a duplicate is answered with its original's position.
-        admission = self._check_idempotency_keys(entry) if chunk is None else None
-        if admission is not None and admission.verdict is Verdict.DUPLICATE:
-            return Settled(admission.original)
+        # Issue #16: keys first, so a duplicate is answered with its original's position. The
+        # keyless case (nearly every entry) costs one compiled scan and no call into the window.
+        ticket: Ticket | int | None = None
+        window = self.idempotency
+        if window is not None and window.checking and chunk is None:
+            quick = quick_key(entry, MAX_KEYED_HEADER_BYTES, MAX_KEYED_PROPERTIES)
+            if type(quick) is bytes:  # one message, one key: the window decides in one call
+                answer = window.reserve_one(quick)
+                if not isinstance(answer, int):
+                    return _key_answer(answer)
+                ticket = answer
+            elif quick is not False:
+                keys = _admit_keys(window, entry)
+                if isinstance(keys, Settled):
+                    return keys
+                ticket = keys
         dedup = self.dedup
         if dedup is not None:
+            name = producer.name
+            verdict: DedupResult | None
             if chunk is not None:
-                verdict = dedup.check_chunk(
-                    producer.name, sequence_id, chunk.chunk_id, chunk.is_last
-                )
+                verdict = dedup.check_chunk(name, sequence_id, chunk.chunk_id, chunk.is_last)
             else:
-                if dedup.may_be_duplicate(producer.name, sequence_id):
+                verdict = dedup.check_above_pushed(name, sequence_id, highest_sequence_id)
+                if verdict is None:  # at or below the pushed mark: dedup's rare path
                     # The identity's one refinement: the exact last id of a gapped batch.
                     highest_sequence_id = exact_batch_highest_sequence_id(
                         entry, highest_sequence_id
                     )
-                verdict = dedup.check(producer.name, sequence_id, highest_sequence_id)
-            if verdict is DedupResult.DUP:
-                return DUPLICATE
-            if verdict is DedupResult.UNKNOWN:
+                    verdict = dedup.check(name, sequence_id, highest_sequence_id)
+            if verdict is not _NOT_DUP:
+                if ticket is not None and window is not None:
+                    window.on_write_failed(ticket)  # admitted above: released, not stored
+                if verdict is DedupResult.DUP:
+                    return DUPLICATE
                 raise PersistenceError(
                     "Cannot determine whether the message is a duplicate at this time"
                 )
@@ -213,18 +293,23 @@ class Publisher:
         publication = Publication(
             producer, highest_sequence_id, entry, chunk_id, time.monotonic(), on_settled, future
         )
-        if admission is not None and self.idempotency is not None:
-            publication.ticket = self.idempotency.admit(admission)
+        publication.ticket = ticket
+        size = len(entry)
         stats = self._stats
         stats.msg_in += num_messages
-        stats.bytes_in += len(entry)
+        stats.bytes_in += size
         commit = self._commit or self._start_group_commit()
-        self._staged.append(publication)
-        self._staged_bytes += len(entry)
+        staged = self._staged
+        staged.append(publication)
+        self._staged_bytes += size
         if self._staged_bytes >= self._config.journal_max_group_size_bytes:
             commit.group_full.set()
         self._writes.accepted()
-        commit.dirty.set()
+        if len(staged) == 1:
+            # The first of a group wakes the group commit; the ones behind it need not: the
+            # flusher takes everything staged when it takes a group (after its wait), and sets
+            # the event again itself if more was staged while it wrote (`_flush_loop`).
+            commit.dirty.set()
         return publication
 
     def _start_group_commit(self) -> _GroupCommit:
@@ -233,29 +318,6 @@ class Publisher:
             self._flush_loop(commit), name=f"flush {self._name.full_name}"
         )
         return commit
-
-    def _check_idempotency_keys(self, entry: bytes) -> Admission | None:
-        """The window's `Admission` of an entry with idempotency keys (None without keys).
-
-        Raises ``PersistenceError`` (retriable) while a key of the entry is still being written.
-        """
-        window = self.idempotency
-        if window is None or not window.config.enabled:
-            return None
-        try:
-            admission = check_entry(window, entry)
-        except KeyScanRefused as exc:
-            # Bounded work per SEND (issue #24): refused in its turn, nothing stored; the code
-            # makes the official clients fail just this message (`InvalidMessageMetadata`).
-            raise InvalidMessageMetadata(str(exc)) from None
-        if admission is None:
-            return None
-        if admission.verdict is Verdict.IN_FLIGHT:
-            raise PersistenceError(
-                "Cannot determine whether the message is a duplicate at this time "
-                "(its idempotency key is still being written)"
-            )
-        return admission
 
     def producer_reconnected(self, producer: Producer) -> None:
         """``producer`` left: a new producer object of the same name may publish again."""
@@ -337,22 +399,23 @@ class Publisher:
         dedup = self.dedup
         window = self.idempotency
         durable_at = time.monotonic()
-        latency = self._stats.publish_latency_ms
+        observe = self._stats.publish_latency_ms.observe
         for write in group:
             position = write.position
             assert position is not None
-            latency.observe((durable_at - write.staged_at) * 1000)
-            if window is not None:
-                window.on_persisted(write.ticket, position)
-            if dedup is None:
-                pass
-            elif write.chunk_id < 0:
-                dedup.on_persisted(write.producer.name, write.highest_sequence_id, position)
+            observe((durable_at - write.staged_at) * 1000)
+            if write.ticket is not None and window is not None:
+                window.on_keys_persisted(write.ticket, position)
+            if write.future is None:  # a connection's SEND: `resolve` without the future
+                write.done = True
             else:
-                dedup.on_chunk_persisted(
-                    write.producer.name, write.highest_sequence_id, write.chunk_id, position
-                )
-            write.resolve(position)
+                write.resolve(position)
+        if dedup is not None:
+            _move_dedup_marks(dedup, group)
+        if window is not None and group:
+            last = group[-1].position
+            assert last is not None
+            window.on_entries_persisted(len(group), last)
         self._wake_readers()
         notify_settled(group)
         if dedup is not None and dedup.snapshot_due_by_entries():

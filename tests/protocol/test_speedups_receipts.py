@@ -1,6 +1,10 @@
-"""The compiled ReceiptEncoder and CRC-32C against the reference, on generated values."""
+"""The compiled ReceiptEncoder, settled-run receipts and CRC-32C against the reference, on
+generated values."""
 
 from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
 
 import crc32c as package
 import pytest
@@ -9,7 +13,7 @@ from hypothesis import strategies as st
 
 from protocol import _speedups
 from protocol.checksum import py_crc32c
-from protocol.receipts import PyReceiptEncoder
+from protocol.receipts import PyReceiptEncoder, py_take_settled_receipts
 from tests.protocol.speedups_wire import EDGE_INTS
 
 # Ids as callers pass them: uint64 wire values, signed ones (-1 for a duplicate's message id),
@@ -80,3 +84,43 @@ def test_odd_arguments_get_the_package_verdict() -> None:
         except Exception as exc:
             got = type(exc)
         assert got == expected, (data, value)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    done: bool
+    position: tuple[int, int] | None
+    error: BaseException | None
+
+
+outcomes = st.builds(
+    Outcome,
+    st.booleans(),
+    st.one_of(st.none(), st.tuples(ids, ids)),
+    st.one_of(st.none(), st.none(), st.just(ValueError("refused"))),
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(ids, st.lists(st.tuples(ids, ids, outcomes), max_size=8))
+def test_same_settled_run_receipts(
+    producer_id: int, pending: list[tuple[int, int, Outcome]]
+) -> None:
+    """`take_settled_receipts`: the same bytes and count, and the same entries left behind
+    (it stops at the first unsettled outcome or the first error), as the reference; each frame
+    equals the encoder's receipt (a duplicate, with no position: -1:-1)."""
+    reference_queue, compiled_queue = deque(pending), deque(pending)
+    data, count = py_take_settled_receipts(producer_id, reference_queue)  # type: ignore[arg-type]
+    assert _speedups.take_settled_receipts(producer_id, compiled_queue) == (data, count)
+    assert compiled_queue == reference_queue
+    encoder = PyReceiptEncoder(producer_id)
+    expected = b""
+    for sequence_id, highest, outcome in pending[:count]:
+        assert outcome.done
+        assert outcome.error is None
+        ledger_id, entry_id = outcome.position or (-1, -1)
+        expected += encoder.receipt(sequence_id, ledger_id, entry_id, highest)
+    assert data == expected
+    if reference_queue:
+        head = reference_queue[0][2]
+        assert not head.done or head.error is not None

@@ -887,3 +887,79 @@ def test_replay_drops_progress_of_a_message_completed_later(log: FakeLog) -> Non
     recovered.finish_recovery(now=0.0)
     assert recovered.stats()["chunked_messages_in_flight"] == 0
     assert recovered.check_chunk("p", 7, 0, False) is DUP
+
+
+# ------------------------------------------------- the SEND path's one-call forms (issue #26)
+
+send_steps = st.lists(
+    st.tuples(
+        st.sampled_from(["p1", "p2"]),
+        st.integers(0, 12),  # first id
+        st.integers(0, 3),  # extra ids of a batch
+        st.sampled_from(["persist", "pending", "fail"]),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(send_steps)
+def test_check_above_pushed_then_check_is_check(steps: list[tuple[str, int, int, str]]) -> None:
+    """`check_above_pushed` (None: fall back to `check`) answers and moves the marks exactly as
+    `check` alone, with writes landing, staying in flight and failing in between."""
+    fused: MessageDeduplication[tuple[int, int]] = MessageDeduplication()
+    plain: MessageDeduplication[tuple[int, int]] = MessageDeduplication()
+    log = FakeLog()
+    in_flight: list[tuple[str, int]] = []
+    for name, seq, extra, outcome in steps:
+        rare_path = fused.may_be_duplicate(name, seq)
+        answer = fused.check_above_pushed(name, seq, seq + extra)
+        assert (answer is None) == rare_path
+        if answer is None:
+            answer = fused.check(name, seq, seq + extra)
+        assert answer is plain.check(name, seq, seq + extra)
+        if answer is NOT_DUP:
+            in_flight.append((name, seq + extra))
+        if outcome == "persist" and in_flight:
+            position = log.position()
+            for dedup in (fused, plain):
+                dedup.on_persisted(*in_flight[0], position)
+            in_flight.pop(0)
+        elif outcome == "fail":
+            fused.on_write_failed()
+            plain.on_write_failed()
+            in_flight.clear()
+        if plain.last_persisted_position is not None:
+            assert fused.snapshot() == plain.snapshot()
+        assert fused.stats() == plain.stats()
+        for known in ("p1", "p2"):
+            assert fused.last_sequence_id(known) == plain.last_sequence_id(known)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["p1", "p2"]), st.integers(0, 20)), min_size=1, max_size=30)
+)
+def test_a_run_persisted_in_one_call_leaves_the_marks_of_one_call_per_entry(
+    entries: list[tuple[str, int]],
+) -> None:
+    """The group commit reports a run of one name's entries once (``count``, the run's largest
+    id, its last position): the marks, the order of names and the counters are the same."""
+    runs: MessageDeduplication[tuple[int, int]] = MessageDeduplication()
+    each: MessageDeduplication[tuple[int, int]] = MessageDeduplication()
+    log = FakeLog()
+    group = [(name, high, log.position()) for name, high in entries]
+    for name, high, position in group:
+        each.on_persisted(name, high, position)
+    start = 0
+    while start < len(group):
+        end = start
+        while end + 1 < len(group) and group[end + 1][0] == group[start][0]:
+            end += 1
+        run = group[start : end + 1]
+        runs.on_persisted(run[0][0], max(h for _, h, _ in run), run[-1][2], len(run))
+        start = end + 1
+    assert runs.snapshot() == each.snapshot()
+    assert list(runs.snapshot()) == list(each.snapshot())
+    assert runs.stats() == each.stats()
+    assert runs.last_persisted_position == each.last_persisted_position

@@ -29,6 +29,7 @@ operations = st.lists(
         st.tuples(st.just("expire"), st.integers(0, 60)),
         st.tuples(st.just("evict"), st.integers(0, 30)),
         st.tuples(st.just("clear"), st.just(0)),
+        st.tuples(st.just("reserve"), st.integers(0, 40)),
     ),
     max_size=300,
 )
@@ -69,13 +70,27 @@ def test_compiled_table_matches_the_reference(ops: list[tuple[str, int]]) -> Non
             assert compiled.evict_over(n) == reference.evict_over(n)
             in_flight = len(reference) - reference.durable
             assert reference.durable <= n or in_flight > 0
+        elif op == "reserve":  # the SEND path's one call: expire, evict, find or add
+            now, max_keys = float(len(added)), n % 7 + 1
+            slot = reference.reserve(digest, now, 5.0, max_keys)
+            assert compiled.reserve(digest, now, 5.0, max_keys) == slot
+            if slot >= 0:
+                assert slot == len(added)
+                assert reference.state(slot) == IN_FLIGHT
+                added.append(digest)
+            else:
+                assert reference.find(digest) == -1 - slot
         elif op == "clear":
             compiled.clear_durable()
             reference.clear_durable()
             assert reference.durable == 0
         assert len(compiled) == len(reference)
         assert compiled.durable == reference.durable
+        assert (compiled.expired, compiled.evicted) == (reference.expired, reference.evicted)
         assert compiled.snapshot_records() == reference.snapshot_records()
+        properties = compiled.snapshot_properties("d:")
+        assert properties == reference.snapshot_properties("d:")
+        assert list(properties) == list(reference.snapshot_properties("d:"))  # oldest first
         newest = {digest_n: seq for seq, digest_n in enumerate(added)}  # re-added: a new slot
         for digest_n, seq in newest.items():
             found = reference.find(digest_n)
@@ -144,3 +159,45 @@ def test_a_snapshot_written_before_digests_is_read(tmp_path: Path) -> None:
         assert window.stats()["keys"] == 6
     finally:
         ledger.close()
+
+
+def test_reserve_is_check_then_add_in_one_call() -> None:
+    """`reserve` expires by time and count first, then finds or adds: a key that just left is
+    new again; a live one answers its slot (in flight or durable) and changes nothing."""
+    for table in (_speedups.KeyTable(), PyKeyTable()):
+        a, b, c = (key_digest(name) for name in (b"a", b"b", b"c"))
+        slot_a = table.reserve(a, 0.0, 10.0, 2)
+        assert slot_a == 0
+        assert table.state(slot_a) == IN_FLIGHT
+        assert table.reserve(a, 1.0, 10.0, 2) == -1 - slot_a  # in flight: found, not added
+        assert table.persist(slot_a, 1, 0, 0)
+        assert table.reserve(a, 9.9, 10.0, 2) == -1 - slot_a  # durable, inside the window
+        slot_b = table.reserve(b, 10.0, 10.0, 2)  # a left by time (10.0 - 0.0 >= 10)
+        assert (slot_b, table.expired, table.find(a)) == (1, 1, -1)
+        table.persist(slot_b, 1, 1, 0)
+        table.persist(table.reserve(a, 10.0, 10.0, 2), 1, 2, 0)
+        slot_c = table.reserve(c, 10.0, 10.0, 1)  # two durable, max 1: b (the oldest) leaves
+        assert (table.evicted, table.find(b), table.find(c)) == (1, -1, slot_c)
+        assert len(table) == 2
+        assert table.durable == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 2**63 - 1),
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(-(2**31), 2**31 - 1),
+    # Up to 2e12 s: past 2**45 ms (the fast packing's width) but below 2**53 ms, where the
+    # compiled stamp rounding (doubles) and the reference's (exact ints) part (year 287,000).
+    st.floats(min_value=0, max_value=2e12, allow_nan=False),
+)
+def test_snapshot_properties_pack_every_location_as_the_reference(
+    ledger_id: int, entry_id: int, batch_index: int, stamp: float
+) -> None:
+    """The compiled packing (25 bytes at once when the fields fit their widths, else the
+    reference's arithmetic) gives the reference's value for any location and stamp."""
+    compiled, reference = _speedups.KeyTable(), PyKeyTable()
+    digest = key_digest(b"k")
+    for table in (compiled, reference):
+        table.persist(table.add(digest, stamp), ledger_id, entry_id, batch_index)
+    assert compiled.snapshot_properties("d:") == reference.snapshot_properties("d:")

@@ -167,3 +167,30 @@ async def test_pip6_duplicate_does_not_enter_the_window(tmp_path: Path) -> None:
         assert stored(topic) == 1
     finally:
         await topic.close()
+
+
+async def test_a_pip6_refusal_releases_the_key_it_reserved(tmp_path: Path) -> None:
+    """The SEND path reserves a single key before PIP-6 looks (issue #26): PIP-6's duplicate
+    and its "unknown" answer both give the key back, so nothing of it stays in the window and
+    the key is new on its next SEND."""
+    topic = await open_topic(tmp_path / "t", config())
+    window = topic.idempotency
+    assert window is not None
+    try:
+        producer = await connect(topic, "p1")
+        pending = topic.publish(producer, 6, 6, single("a", 6, "p1"))
+        with pytest.raises(PersistenceError, match="Cannot determine"):
+            topic.publish(producer, 6, 6, single("x", 6, "p1"))  # id 6 in flight: unknown
+        await pending
+        assert await send(topic, producer, "y", 6) is None  # PIP-6 duplicate: -1:-1
+        assert len(window) == 1  # only "a": no slot of "x" or "y" is left in flight
+        assert window.original_of("x") is None
+        assert window.original_of("y") is None
+        stored_x = await send(topic, producer, "x", 7)
+        stored_y = await send(topic, producer, "y", 8)
+        assert stored_x is not None
+        assert stored_y is not None
+        assert window.original_of("x") == (stored_x, 0)
+        assert stored(topic) == 3
+    finally:
+        await topic.close()

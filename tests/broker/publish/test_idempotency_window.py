@@ -518,3 +518,65 @@ def test_windows_that_never_held_a_key_share_nothing_written() -> None:
     store(second, ["k"], P(2, 0))  # its own table now: the first window's copy is untouched
     assert first.original_of("k") == (P(1, 0), 0)
     assert second.original_of("k") == (P(2, 0), 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(min_value=0, max_value=4, allow_nan=False),
+            st.sampled_from(["a", "b", "c", "d"]),
+            st.sampled_from(["persist", "fail", "later"]),  # "later": still in flight next step
+        ),
+        max_size=40,
+    ),
+    st.integers(min_value=1, max_value=3),
+)
+def test_reserve_one_answers_as_check_one_then_admit(
+    steps: list[tuple[float, str, str]], max_keys: int
+) -> None:
+    """The SEND path's one call (`reserve_one`) against the two-step `check_one` + `admit`:
+    same verdicts, originals, in-flight answers, expiries and evictions, step by step."""
+    clock = Clock(0.0)
+    fused, stepwise = window(5, max_keys, clock), window(5, max_keys, clock)
+    pending: list[tuple[object, object]] = []
+    entry_id = 0
+    for advance, key, outcome in steps:
+        clock.now += advance
+        answer = fused.reserve_one(digest_of(key))
+        admission = stepwise.check_one(digest_of(key))
+        if admission.verdict is Verdict.IN_FLIGHT:
+            assert answer is None
+        elif admission.verdict is Verdict.DUPLICATE:
+            assert answer == admission.original
+        else:
+            assert type(answer) is int
+            ticket = stepwise.admit(admission)
+            if outcome == "fail":
+                fused.on_write_failed(answer)
+                stepwise.on_write_failed(ticket)
+            elif outcome == "persist":
+                fused.on_persisted(answer, P(1, entry_id))
+                stepwise.on_persisted(ticket, P(1, entry_id))
+                entry_id += 1
+            else:
+                pending.append((answer, ticket))
+        if outcome == "persist" and pending:  # the oldest in-flight key lands now
+            fused_ticket, stepwise_ticket = pending.pop(0)
+            fused.on_persisted(fused_ticket, P(1, entry_id))  # type: ignore[arg-type]
+            stepwise.on_persisted(stepwise_ticket, P(1, entry_id))  # type: ignore[arg-type]
+            entry_id += 1
+        assert fused.stats() == stepwise.stats()
+        for name in "abcd":
+            assert fused.original_of(name) == stepwise.original_of(name)
+
+
+def test_entries_persisted_in_one_call_count_as_one_call_each() -> None:
+    """A group commit's keyless entries (`on_entries_persisted`) move the snapshot counters as
+    `on_persisted` per entry does."""
+    one, each = window(), window()
+    one.on_entries_persisted(3, P(1, 2))
+    for entry_id in range(3):
+        each.on_persisted(None, P(1, entry_id))
+    assert one.entries_since_snapshot == each.entries_since_snapshot == 3
+    assert one.last_persisted_position == each.last_persisted_position == P(1, 2)
