@@ -1,7 +1,12 @@
 """Which of a subscription's consumers gets an entry, by subscription type.
 
 * Exclusive: the one consumer. Failover: the *active* consumer, the lowest priority level and,
-  among equals, the longest connected; the others get nothing until it goes.
+  among equals, the longest connected; the others get nothing until it goes. A pass decides
+  once whether the active consumer can receive (``begin_pass``) and sends it at most
+  ``min(permits, dispatcherMaxReadBatchSize)`` entries: with ``precise`` flow control each only
+  while its permits last; without, all of them whatever their batch sizes, as Java's
+  single-active-consumer dispatcher does with ``preciseDispatcherFlowControl`` off (permits
+  count messages, so a run of batches takes them below zero).
 * Shared: round-robin over the consumers that can receive (permits, a writable socket).
 * Key_Shared: the consumer owning the hash range of the entry's sticky key, AUTO_SPLIT or STICKY
   as the first consumer's ``keySharedMeta`` says (``broker.dispatch.key_shared``); while it
@@ -41,6 +46,11 @@ class ConsumerSelection:
         self._auto_split: AutoSplitRanges[Consumer] = AutoSplitRanges()
         self._sticky: StickyRanges[Consumer] = StickyRanges()
         self.draining: DrainingHashes[Consumer] = DrainingHashes()
+        # Exclusive/Failover: the active consumer of the pass running, and how many entries the
+        # pass may still send it (``begin_pass``); None outside a pass.
+        self._pass_consumer: Consumer | None = None
+        self._pass_entries = 0
+        self._pass_precise = True
 
     def add(self, consumer: Consumer, sub_type: SubType) -> None:
         """Attach a consumer; raises ConsumerBusy (another type or Key_Shared policy) or
@@ -126,7 +136,40 @@ class ConsumerSelection:
             return active.permits if active is not None else 0
         return sum(c.permits for c in self.consumers if c.permits > 0)
 
+    def begin_pass(self, max_entries: int, *, precise: bool = True) -> None:
+        """A dispatch pass starts: an Exclusive/Failover subscription whose active consumer can
+        receive may send it up to ``min(permits, max_entries)`` entries in this pass (Java's
+        ``readMoreEntries``); ``precise``: only while its permits last. The other types decide
+        per entry."""
+        if self.sub_type not in (SubType.Exclusive, SubType.Failover):
+            return
+        active = self.active()
+        if active is None or not active.can_receive():
+            self._pass_consumer, self._pass_entries = None, 0
+            return
+        self._pass_consumer, self._pass_entries = active, min(active.permits, max_entries)
+        self._pass_precise = precise
+
+    def end_pass(self) -> None:
+        self._pass_consumer, self._pass_entries = None, 0
+
+    def sink_written(self) -> None:
+        """The pass handed a run to the sinks before its end: the active consumer's socket may
+        be above its high-water mark now, and then the pass sends it nothing more."""
+        consumer = self._pass_consumer
+        if consumer is not None and not consumer.sink.is_writable():
+            self._pass_entries = 0
+
     def any_ready(self) -> bool:
+        """Whether this pass can send an entry to some consumer now."""
+        consumer = self._pass_consumer
+        if consumer is not None:
+            return self._pass_entries > 0 and (consumer.permits > 0 or not self._pass_precise)
+        return self.ready_for_pass()
+
+    def ready_for_pass(self) -> bool:
+        """Whether a pass starting now would send anything (the next one is worth
+        scheduling)."""
         if self.sub_type in (SubType.Exclusive, SubType.Failover):
             active = self.active()
             return active is not None and active.can_receive()
@@ -138,6 +181,12 @@ class ConsumerSelection:
         A consumer returned gets the entry (the dispatcher sends it at once), so Key_Shared
         records the entry's hash in its pending entries here.
         """
+        consumer = self._pass_consumer
+        if consumer is not None:
+            if self._pass_entries <= 0 or (consumer.permits <= 0 and self._pass_precise):
+                return None
+            self._pass_entries -= 1
+            return consumer
         if self.sub_type in (SubType.Exclusive, SubType.Failover) or self.sub_type is None:
             active = self.active()
             return active if active is not None and active.can_receive() else None

@@ -251,8 +251,13 @@ class Cursor:
         self._check_open()
         with self._lock or first_lock(self, "_lock"):
             changed = False
-            for position in positions:
-                if position <= self._md or not self._ledger.has_entry(position):
+            md = self._md
+            fresh = [p for p in positions if p > md]
+            if not fresh:
+                return
+            stored = self._stored(fresh)
+            for position in fresh:
+                if stored is None and not self._ledger.has_entry(position):
                     continue
                 if self._ranges is _NO_RANGES:
                     self._ranges = PositionRangeSet()
@@ -267,6 +272,18 @@ class Cursor:
                 self._properties = _NO_PROPERTIES
             self._mark_dirty()
         self._keep_read_position_ahead()
+
+    def _stored(self, positions: list[Position]) -> bool | None:
+        """True if every one of ``positions`` names a stored entry, found with one count of a
+        ledger's entries instead of a lookup per id (a client's ack group is a run of one
+        ledger); None: look each one up."""
+        first, last = min(positions), max(positions)
+        if first.ledger_id != last.ledger_id or first.entry_id < 0:
+            return None
+        # All of [first, last] stored means each of ``positions`` is.
+        if self._ledger.entry_count_between(first, last) == last.entry_id - first.entry_id + 1:
+            return True
+        return None
 
     def delete_batch_indexes(self, position: Position, ack_set: list[int]) -> None:
         """PIP-54 partial ack: AND ``ack_set`` (set bit = still unacked) into the held set."""

@@ -10,6 +10,7 @@ import pytest
 
 from broker.dispatch.consumer import Consumer
 from broker.dispatch.subscription import Subscription
+from protocol.enums import SubType
 from tests.broker.dispatch.harness import FakeSink, Harness, ack_set
 
 # --------------------------------------------------------------------------- dispatch with ack_set
@@ -179,3 +180,88 @@ def test_a_pass_replays_one_read_batch_then_schedules_the_next(world: Harness) -
     assert max(passes) == batch
     assert [s.position for s in sink.sent] == entries
     assert {s.redelivery_count for s in sink.sent} == {1}
+
+
+# ------------------------------------------------------------------ Java's read size per FLOW
+
+
+@pytest.mark.parametrize("sub_type", [SubType.Exclusive, SubType.Failover])
+def test_a_single_active_consumer_gets_min_permits_and_read_batch_entries_per_pass(
+    world: Harness, sub_type: SubType
+) -> None:
+    """Java's single-active-consumer dispatcher (``preciseDispatcherFlowControl`` off) reads
+    ``min(permits, dispatcherMaxReadBatchSize)`` entries and sends them whole, so permits
+    (messages) go below zero on batches: 3 permits take 3 batches of 10."""
+    world.limits.precise_flow_control = False
+    consumer, sink = world.consumer(sub_type, permits=3)
+    world.publish(*([10] * 8))
+    assert len(sink.sent) == 3
+    assert consumer.permits == 3 - 30
+    assert consumer.unacked_messages == 30
+    world.sub.add_permits(consumer, 20)  # still below zero: nothing goes out
+    world.run()
+    assert len(sink.sent) == 3
+    world.sub.add_permits(consumer, 9)  # 2 permits: 2 more entries
+    world.run()
+    assert len(sink.sent) == 5
+    assert consumer.permits == 2 - 20
+
+
+def test_a_pass_sends_no_more_than_a_read_batch_of_big_batches(world: Harness) -> None:
+    world.limits.precise_flow_control = False
+    batch = world.limits.max_read_entries
+    consumer, sink = world.consumer(SubType.Exclusive, permits=batch * 100)
+    world.publish(*([100] * (batch + 10)))
+    assert len(sink.sent) == batch  # the permits are spent: the next FLOW sends the rest
+    assert consumer.permits == 0
+    world.sub.add_permits(consumer, 1)  # min(1, read batch): one more entry
+    world.run()
+    assert len(sink.sent) == batch + 1
+    assert consumer.permits == 1 - 100
+
+
+@pytest.mark.parametrize("sub_type", [SubType.Exclusive, SubType.Failover])
+def test_precise_flow_control_stops_a_single_active_consumer_at_its_permits(
+    world: Harness, sub_type: SubType
+) -> None:
+    """The default here: an entry goes out only while permits last (the last one may take
+    them below zero, as in Shared), so 3 permits take one batch of 10, not three."""
+    consumer, sink = world.consumer(sub_type, permits=3)
+    world.publish(*([10] * 8))
+    assert len(sink.sent) == 1
+    assert consumer.permits == 3 - 10
+    world.sub.add_permits(consumer, 27)  # 20 permits: two batches
+    world.run()
+    assert len(sink.sent) == 3
+    assert consumer.permits == 0
+
+
+@pytest.mark.parametrize("precise", [True, False])
+def test_unbatched_entries_never_take_permits_below_zero(world: Harness, precise: bool) -> None:
+    world.limits.precise_flow_control = precise
+    consumer, sink = world.consumer(SubType.Exclusive, permits=7)
+    world.publish(*([1] * 20))
+    assert len(sink.sent) == 7
+    assert consumer.permits == 0
+
+
+def test_a_shared_consumer_still_stops_at_its_permits(world: Harness) -> None:
+    """Shared (Java: each consumer's share is its permits over the entries' average batch
+    size, at least one entry): one batch of 10 for 3 permits."""
+    consumer, sink = world.consumer(SubType.Shared, permits=3)
+    world.publish(*([10] * 8))
+    assert len(sink.sent) == 1
+    assert consumer.permits == 3 - 10
+
+
+def test_a_single_active_consumer_above_its_socket_high_water_mark_gets_nothing(
+    world: Harness,
+) -> None:
+    _, sink = world.consumer(SubType.Exclusive, permits=1000)
+    sink.writable = False  # above the high-water mark: the pass sends nothing, in both modes
+    world.publish(*([10] * 5))
+    assert sink.sent == []
+    sink.writable = True
+    world.sub.schedule_dispatch()
+    world.run()
+    assert len(sink.sent) == 5

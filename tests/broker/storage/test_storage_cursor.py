@@ -72,6 +72,24 @@ def test_individual_acks_advance_mark_delete_only_when_the_gap_closes(tmp_path: 
     ledger.close()
 
 
+def test_an_ack_group_naming_ids_never_stored_acks_only_the_stored_ones(tmp_path: Path) -> None:
+    """One ACK may mix stored ids with ids past a ledger's end or in no ledger at all: the
+    stored ones are acknowledged, the rest ignored, as one id at a time would."""
+    ledger, p = _filled(tmp_path / "t", 10)  # ledgers 1 (0..3), 2 (0..3), 3 (0..1)
+    cursor = ledger.open_cursor("c", InitialPosition.Earliest)
+    cursor.delete([Position(2, 1), Position(2, 2), Position(2, 7)])  # 2:7 was never written
+    assert cursor.individually_deleted() == [(p[5], p[6])]
+    cursor.delete([Position(9, 0), Position(9, 1)])  # no ledger 9
+    cursor.delete([Position(3, -1), Position(3, 1)])  # no entry -1
+    assert cursor.individually_deleted() == [(p[5], p[6]), (p[9], p[9])]
+    cursor.delete([Position(1, 3), Position(1, 0), Position(1, 2), Position(1, 1)])
+    assert cursor.mark_delete_position == p[3]
+    cursor.delete([Position(2, 0), Position(2, 3)])
+    assert cursor.mark_delete_position == p[7]
+    assert cursor.backlog() == 1
+    ledger.close()
+
+
 def test_mark_delete_rules(tmp_path: Path) -> None:
     ledger, p = _filled(tmp_path / "t", 6)
     cursor = ledger.open_cursor("c", InitialPosition.Earliest)
