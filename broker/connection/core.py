@@ -64,6 +64,11 @@ DECODE_SECONDS_PER_TURN = 0.002
 #: Requests (PRODUCER, SUBSCRIBE, LOOKUP, ...) started per turn: each is a task whose first
 #: step runs in the next turn, ~50-150 us each, so 256 of them would make that turn long.
 REQUESTS_PER_TURN = 32
+#: Bytes one connection reads in a turn before it pauses reading until the next one. uvloop
+#: reads a ready socket up to 32 times in a row (256 KiB each), each read decoded within the
+#: budget above: a producer of batches took 5-10 ms of a turn while a consumer's FLOW waited
+#: behind it, so a tailing consumer fell behind ingest (P5 of issue #26).
+READ_BYTES_PER_TURN = 256 * 1024
 T = pb.BaseCommand.Type
 
 
@@ -98,6 +103,7 @@ class ServerConnection(asyncio.Protocol):
         # (frames left over for the next turn). The socket reads only when neither holds.
         self.reading_paused = False
         self._backlog: asyncio.Handle | None = None  # the next turn's decode, when scheduled
+        self._read_this_turn = 0  # bytes read in this turn of the loop (``READ_BYTES_PER_TURN``)
         self._unfinished: Callable[[], bool] | None = None  # a frame handled over many turns
         self._spawned = 0  # tasks started by the frames of this turn
         self._socket_paused = False
@@ -210,6 +216,18 @@ class ServerConnection(asyncio.Protocol):
         # frames left over from the last one (they come first: order is kept).
         if not self._connecting and self._backlog is None:
             self._decode_frames()
+        if not self._read_this_turn:
+            self._loop.call_soon(self._new_turn)  # runs after this turn's reads
+        self._read_this_turn += len(data)
+        if (
+            self._read_this_turn >= READ_BYTES_PER_TURN
+            and self._backlog is None
+            and not (self._connecting or self._closing or self._refused)
+        ):
+            self._defer_decoding()  # reads no more in this turn; decodes the rest in the next
+
+    def _new_turn(self) -> None:
+        self._read_this_turn = 0
 
     def _decode_frames(self) -> None:
         """Dispatch the complete frames buffered, within this turn's budget (rule 4)."""

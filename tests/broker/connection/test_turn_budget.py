@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from broker.connection.consumers import IDS_PER_TURN
-from broker.connection.core import FRAMES_PER_TURN, REQUESTS_PER_TURN, ServerConnection
+from broker.connection.core import (
+    FRAMES_PER_TURN,
+    READ_BYTES_PER_TURN,
+    REQUESTS_PER_TURN,
+    ServerConnection,
+)
 from broker.service import BrokerService
 from protocol import commands, pb
 from protocol.ids import MessageId
@@ -37,9 +42,12 @@ def frames_decoded(service: BrokerService) -> int:
     return sum(c.frames_received for c in connections if isinstance(c, ServerConnection))
 
 
+def entry_metadata(name: str, sequence_id: int) -> pb.MessageMetadata:
+    return pb.MessageMetadata(producer_name=name, sequence_id=sequence_id, publish_time=1)
+
+
 def entry(name: str, sequence_id: int) -> bytes:
-    metadata = pb.MessageMetadata(producer_name=name, sequence_id=sequence_id, publish_time=1)
-    return encode_entry(metadata, b"m")
+    return encode_entry(entry_metadata(name, sequence_id), b"m")
 
 
 @pytest.fixture
@@ -63,6 +71,29 @@ def test_a_write_of_thousands_of_frames_is_decoded_over_many_turns(broker: Broke
         assert len(conn.wait_for(T.PONG, 3000)) == 3000
         assert sampler.stop() <= FRAMES_PER_TURN
     assert sampler.turns > 3000 // FRAMES_PER_TURN
+
+
+def test_a_stream_of_large_sends_is_read_a_budget_per_turn(broker: BrokerThread) -> None:
+    """uvloop would read a socket up to 32 x 256 KiB in one turn: a connection stops reading
+    for the turn once it has read ``READ_BYTES_PER_TURN``, so other connections (a consumer's
+    FLOW) get their turn between; every SEND is still answered, in order."""
+    assert broker.loop is not None
+    service = service_of(broker)
+    count, size = 80, 100_000
+    with RawConnection(broker.port) as conn:
+        conn.handshake()
+        conn.create_producer(TOPIC, 1, "large")
+        payload = b"x" * size
+        frames = b"".join(
+            commands.send(1, seq, encode_entry(entry_metadata("large", seq), payload))
+            for seq in range(count)
+        )
+        sampler = TurnSampler(broker.loop, lambda: frames_decoded(service))
+        conn.send(frames)
+        receipts = conn.wait_for(T.SEND_RECEIPT, count)
+        # The read that crosses the budget may add one more socket read (256 KiB) to the turn.
+        assert sampler.stop() <= (READ_BYTES_PER_TURN + 256 * 1024) // size + 2
+    assert [r.command.send_receipt.sequence_id for r in receipts] == list(range(count))
 
 
 def test_requests_in_one_write_are_started_a_few_per_turn(broker: BrokerThread) -> None:
