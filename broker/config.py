@@ -166,6 +166,8 @@ class BrokerConfig:
     dispatcher_max_read_size_bytes: int = _setting(
         "dispatcherMaxReadSizeBytes", 5_242_880, minimum=1
     )
+    # On here, off in Pulsar (why: broker/dispatch/dispatcher.py, DispatchLimits).
+    precise_dispatcher_flow_control: bool = _setting("preciseDispatcherFlowControl", True)
 
     # --- compaction (issue #14): backlog bytes after the compaction horizon that start a run
     # by themselves; 0 disables (Pulsar's default is 100 MiB; Magnetar's is off).

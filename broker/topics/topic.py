@@ -128,6 +128,7 @@ class Topic:
             max_read_entries=config.dispatcher_max_read_batch_size,
             max_read_bytes=config.dispatcher_max_read_size_bytes,
             batch_index_ack=config.acknowledgment_at_batch_index_level_enabled,
+            precise_flow_control=config.precise_dispatcher_flow_control,
             delayed_delivery=config.delayed_delivery_enabled,
             delayed_tick_seconds=config.delayed_delivery_tick_time_millis / 1000,
         )
