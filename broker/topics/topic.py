@@ -416,6 +416,11 @@ class Topic:
             return self._attach_subscription(name, found, durable=True)
 
     @property
+    def dispatch_limits(self) -> DispatchLimits:
+        """What every subscription of this topic dispatches by (from the broker's config)."""
+        return self._limits
+
+    @property
     def closed(self) -> bool:
         """Closed or closing (unload, delete, shutdown): nothing new may attach to it."""
         return self._closed
