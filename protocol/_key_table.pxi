@@ -281,6 +281,10 @@ cdef class KeyTable:
         return seq
 
     def persist(self, int64_t seq, int64_t ledger_id, int64_t entry_id, int32_t batch_index):
+        return self._persist(seq, ledger_id, entry_id, batch_index)
+
+    cdef bint _persist(self, int64_t seq, int64_t ledger_id, int64_t entry_id,
+                       int32_t batch_index) noexcept:
         cdef Py_ssize_t at
         if not self._valid(seq):
             return False

@@ -77,3 +77,182 @@ def take_settled_receipts(producer_id, pending):
         return PyBytes_FromStringAndSize(<const char *>buffer, size), count
     finally:
         PyMem_Free(buffer)
+
+
+# The publish path's one object per accepted SEND, compiled (issue #26). The reference is
+# broker/publish/publication.py: PyPublication.
+
+cdef class Publication:
+    """``broker.publish.publication.PyPublication``, compiled: the one object per accepted SEND
+    (issue #26). Its construction and field reads cost a fraction of a Python instance's."""
+
+    cdef public object producer
+    cdef public object highest_sequence_id
+    cdef public object entry
+    cdef public long long chunk_id
+    cdef public double staged_at
+    cdef public object on_settled
+    cdef public object future
+    cdef public object position
+    cdef public object error
+    cdef public bint done
+    cdef public object ticket
+
+    def __init__(self, producer, highest_sequence_id, entry, long long chunk_id,
+                 double staged_at, on_settled, future):
+        self.producer = producer
+        self.highest_sequence_id = highest_sequence_id
+        self.entry = entry
+        self.chunk_id = chunk_id
+        self.staged_at = staged_at
+        self.on_settled = on_settled
+        self.future = future
+        self.position = None
+        self.error = None
+        self.done = False
+        self.ticket = None
+
+    def resolve(self, position):
+        self.position = position
+        self.done = True
+        future = self.future
+        if future is not None and not future.done():
+            future.set_result(position)
+
+    def fail(self, error):
+        self.error = error
+        self.position = None
+        self.done = True
+        future = self.future
+        if future is not None and not future.done():
+            future.set_exception(error)
+
+
+# A durable group's settling, compiled (issue #26). The reference is broker/publish/settle.py:
+# py_settle_durable. Per publication the Python loop paid a latency observation (a method call
+# and a bisect), the ticket test, the key's persist and eviction check (two calls into the
+# window and one into its table) and the ``done`` store; here it is one call per group.
+
+cdef inline int _persist_key(object ticket, object position, object table, KeyTable keys,
+                             Py_ssize_t max_keys, object on_keys_persisted) except -1:
+    """`IdempotencyWindow.on_keys_persisted` of a ticket (``table`` is not None)."""
+    cdef int64_t ledger_id, entry_id
+    if type(ticket) is int:  # `reserve_one`'s: one key, batch index 0
+        ledger_id = position[0]
+        entry_id = position[1]
+        if keys is not None:
+            keys._persist(ticket, ledger_id, entry_id, 0)
+            if keys.durable > max_keys:
+                keys._evict_over(max_keys)
+        else:
+            table.persist(ticket, ledger_id, entry_id, 0)
+            if table.durable > max_keys:
+                table.evict_over(max_keys)
+    else:
+        on_keys_persisted(ticket, position)
+    return 0
+
+
+def settle_durable(list group not None, double durable_at, tuple bounds not None, table,
+                   Py_ssize_t max_keys, on_keys_persisted):
+    """``broker.publish.settle.py_settle_durable``: the same stores, calls and tally."""
+    cdef Py_ssize_t nbounds = len(bounds), b
+    cdef double latency, total = 0.0
+    cdef double *limits = <double *>PyMem_Malloc((nbounds + 1) * sizeof(double))
+    cdef Py_ssize_t *tally = <Py_ssize_t *>PyMem_Malloc((nbounds + 1) * sizeof(Py_ssize_t))
+    cdef KeyTable keys = table if type(table) is KeyTable else None
+    cdef Publication typed
+    try:
+        if limits == NULL or tally == NULL:
+            raise MemoryError()
+        for b in range(nbounds):
+            limits[b] = bounds[b]
+            tally[b] = 0
+        tally[nbounds] = 0
+        for write in group:
+            if type(write) is Publication:  # the compiled class: its fields directly
+                typed = <Publication>write
+                position = typed.position
+                latency = (durable_at - typed.staged_at) * 1000.0
+                ticket = typed.ticket
+                future = typed.future
+            else:
+                position = write.position
+                latency = (durable_at - <double>write.staged_at) * 1000.0
+                ticket = write.ticket
+                future = write.future
+            b = 0  # bisect_left: the first bound >= latency (a handful of bounds: a scan)
+            while b < nbounds and limits[b] < latency:
+                b += 1
+            tally[b] += 1
+            total += latency
+            if ticket is not None and table is not None:
+                _persist_key(ticket, position, table, keys, max_keys, on_keys_persisted)
+            if future is not None:
+                write.resolve(position)
+            elif type(write) is Publication:  # a connection's SEND: `resolve` without the future
+                (<Publication>write).done = True
+            else:
+                write.done = True
+        return [tally[b] for b in range(nbounds + 1)], total
+    finally:
+        PyMem_Free(limits)
+        PyMem_Free(tally)
+
+
+# The group commit's other per-publication loops (references in broker/publish/settle.py).
+
+def group_entries(list group not None):
+    """``py_group_entries``: the entries of ``group``, in order, for the ledger."""
+    cdef Py_ssize_t i, n = len(group)
+    cdef list entries = [None] * n
+    for i in range(n):
+        write = group[i]
+        entries[i] = (<Publication>write).entry if type(write) is Publication else write.entry
+    return entries
+
+
+def place_group(list group not None, positions):
+    """``py_place_group``: each publication's position, from the ledger's append."""
+    cdef list placed = positions if type(positions) is list else list(positions)
+    cdef Py_ssize_t i, n = len(group)
+    if len(placed) != n:
+        raise ValueError(f"{len(placed)} positions for {n} publications")
+    for i in range(n):
+        write = group[i]
+        if type(write) is Publication:
+            (<Publication>write).position = placed[i]
+        else:
+            write.position = placed[i]
+
+
+def move_dedup_marks(dedup, list group not None):
+    """``py_move_dedup_marks``: the same calls into ``dedup``, with the same arguments."""
+    cdef Py_ssize_t run_count = 0
+    cdef long long chunk_id
+    cdef Publication typed
+    run_name = run_highest = run_end = None
+    for write in group:
+        if type(write) is Publication:
+            typed = <Publication>write
+            producer, highest, position = typed.producer, typed.highest_sequence_id, typed.position
+            chunk_id = typed.chunk_id
+        else:
+            producer, highest, position = write.producer, write.highest_sequence_id, write.position
+            chunk_id = write.chunk_id
+        name = producer.name
+        if chunk_id < 0 and run_count and name == run_name:
+            if highest > run_highest:
+                run_highest = highest
+            run_count += 1
+            run_end = position
+            continue
+        if run_count:
+            dedup.on_persisted(run_name, run_highest, run_end, run_count)
+            run_count = 0
+        if chunk_id >= 0:  # a chunk that is not its message's last: its own progress
+            dedup.on_chunk_persisted(name, highest, chunk_id, position)
+        else:
+            run_name, run_highest, run_count, run_end = name, highest, 1, position
+    if run_count:
+        dedup.on_persisted(run_name, run_highest, run_end, run_count)

@@ -384,6 +384,11 @@ class IdempotencyWindow:
         self._last_persisted_position = last
         self._entries_since_snapshot += count
 
+    def durable_keys(self) -> tuple[PyKeyTable, int]:
+        """The table and ``max_keys`` a group's settling persists single keys into
+        (`broker.publish.settle`: as `on_keys_persisted` does for an int ticket)."""
+        return self._table, self._config.max_keys
+
     def on_keys_persisted(self, ticket: Ticket | int, position: Position) -> None:
         """The keys part of `on_persisted`: the ticket's keys are durable at ``position``."""
         table = self._table

@@ -24,15 +24,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.storage import Position
+from protocol._accel import speedups
 
 if TYPE_CHECKING:
     from broker.publish.idempotency_window import Ticket
     from broker.publish.producers import Producer
 
-__all__ = ["DUPLICATE", "Publication", "PublishOutcome", "Settled", "notify_settled"]
+__all__ = [
+    "DUPLICATE",
+    "Publication",
+    "PublishOutcome",
+    "PyPublication",
+    "Settled",
+    "notify_settled",
+]
 
 
 class PublishOutcome(Protocol):
@@ -67,8 +75,11 @@ class Settled:
 DUPLICATE = Settled()
 
 
-class Publication:
-    """An accepted SEND from the moment it is staged until its entry is durable or failed."""
+class PyPublication:
+    """An accepted SEND from the moment it is staged until its entry is durable or failed.
+
+    The reference: ``Publication`` is the compiled class (``protocol/_send_path.pxi``, same
+    fields and methods) when the extension is in use; one is made per SEND (issue #26)."""
 
     __slots__ = (
         "chunk_id",
@@ -128,6 +139,15 @@ class Publication:
         future = self.future
         if future is not None and not future.done():
             future.set_exception(error)
+
+
+_compiled: Any = speedups()
+if TYPE_CHECKING:
+    Publication = PyPublication
+elif _compiled is not None:
+    Publication = _compiled.Publication
+else:
+    Publication = PyPublication
 
 
 def notify_settled(publications: list[Publication]) -> None:

@@ -73,6 +73,12 @@ from broker.publish.publication import (
     Settled,
     notify_settled,
 )
+from broker.publish.settle import (
+    group_entries,
+    move_dedup_marks,
+    place_group,
+    settle_durable,
+)
 from broker.publish.write_barrier import WriteBarrier
 from broker.storage import Ledger, Position, StorageError
 from broker.topics.stats import TopicStats
@@ -90,37 +96,6 @@ SETTLE_PER_TURN = 512
 #: Shared by every publisher until one of its writes fails: most topics never see one.
 _NO_FAILED_PRODUCERS: frozenset[Producer] = frozenset()
 _NOT_DUP = DedupResult.NOT_DUP
-
-
-def _move_dedup_marks(dedup: MessageDeduplication[Position], group: list[Publication]) -> None:
-    """PIP-6's persisted marks for a durable ``group``, in append order.
-
-    The marks move once per run of one producer's whole entries (a group is mostly such runs)
-    with the run's largest id and last position: the same marks as a call per entry, since
-    they keep the maximum (``MessageDeduplication.on_persisted``'s ``count``)."""
-    run_name = ""
-    run_highest = run_count = 0
-    run_end = Position(-1, -1)  # read only while run_count > 0
-    for write in group:
-        name = write.producer.name
-        highest = write.highest_sequence_id
-        position = write.position
-        assert position is not None
-        if write.chunk_id < 0 and run_count and name == run_name:
-            if highest > run_highest:
-                run_highest = highest
-            run_count += 1
-            run_end = position
-            continue
-        if run_count:
-            dedup.on_persisted(run_name, run_highest, run_end, run_count)
-            run_count = 0
-        if write.chunk_id >= 0:  # a chunk that is not its message's last: its own progress
-            dedup.on_chunk_persisted(name, highest, write.chunk_id, position)
-        else:
-            run_name, run_highest, run_count, run_end = name, highest, 1, position
-    if run_count:
-        dedup.on_persisted(run_name, run_highest, run_end, run_count)
 
 
 _KEY_IN_FLIGHT = (
@@ -246,8 +221,9 @@ class Publisher:
             raise PersistenceError("Topic is closing")
         if self.terminated:
             raise TopicTerminated(f"Topic {self._name.full_name} was terminated")
-        if not self._producers.may_publish(producer):
-            # PIP-68: checked at append time, so a fenced producer never reaches the ledger.
+        if producer.fenced or not self._producers.access.may_publish(producer):
+            # PIP-68: checked at append time, so a fenced producer never reaches the ledger
+            # (`ProducerRegistry.may_publish`, inline: one call less per SEND).
             raise ProducerFenced("Producer was fenced")
         if producer in self._failed_producers:
             raise PersistenceError("An earlier message of this producer failed to persist")
@@ -343,9 +319,7 @@ class Publisher:
             try:
                 # One queue: the staged publications are the group; the ledger gets their
                 # entries in one call (one lock acquisition), then one write and one fdatasync.
-                positions = self._ledger.append_many([write.entry for write in group])
-                for write, position in zip(group, positions, strict=True):
-                    write.position = position
+                place_group(group, self._ledger.append_many(group_entries(group)))
                 await asyncio.to_thread(self._ledger.flush)
             except (OSError, StorageError, ValueError) as exc:
                 self._on_flush_failed(group, exc)
@@ -398,20 +372,17 @@ class Publisher:
         (``on_settled``), so the receipts of a whole group leave a connection in one write."""
         dedup = self.dedup
         window = self.idempotency
-        durable_at = time.monotonic()
-        observe = self._stats.publish_latency_ms.observe
-        for write in group:
-            position = write.position
-            assert position is not None
-            observe((durable_at - write.staged_at) * 1000)
-            if write.ticket is not None and window is not None:
-                window.on_keys_persisted(write.ticket, position)
-            if write.future is None:  # a connection's SEND: `resolve` without the future
-                write.done = True
-            else:
-                write.resolve(position)
+        latency = self._stats.publish_latency_ms
+        if window is None:
+            counts, total = settle_durable(group, time.monotonic(), latency.bounds, None, 0, None)
+        else:
+            table, max_keys = window.durable_keys()
+            counts, total = settle_durable(
+                group, time.monotonic(), latency.bounds, table, max_keys, window.on_keys_persisted
+            )
+        latency.observe_counted(counts, total)
         if dedup is not None:
-            _move_dedup_marks(dedup, group)
+            move_dedup_marks(dedup, group)
         if window is not None and group:
             last = group[-1].position
             assert last is not None

@@ -83,6 +83,27 @@ class Buckets:
         counts[bisect_left(self._bounds, value)] += 1
         self._total += value
 
+    @property
+    def bounds(self) -> tuple[float, ...]:
+        return self._bounds
+
+    def observe_counted(self, counts: Sequence[int], total: float) -> None:
+        """Add observations bucketed by the caller against ``bounds`` (``counts[i]`` of them in
+        bucket ``i``, as ``observe`` would put them) whose values sum to ``total``.
+
+        The publish path tallies a whole group commit in one compiled loop and hands the tally
+        over once: ``observe`` per message cost ~0.2 us (issue #26)."""
+        if len(counts) != len(self._bounds) + 1:
+            raise ValueError(f"{len(counts)} counts for {len(self._bounds) + 1} buckets")
+        mine = self._counts
+        if mine is None:
+            self._counts = list(counts)
+        else:
+            for bucket, count in enumerate(counts):
+                if count:
+                    mine[bucket] += count
+        self._total += total
+
     def snapshot(self) -> BucketsSnapshot:
         counts = self._counts
         observed = (0,) * (len(self._bounds) + 1) if counts is None else tuple(counts)

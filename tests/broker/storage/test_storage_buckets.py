@@ -48,3 +48,16 @@ def test_an_unobserved_histogram_reads_zero_in_every_bucket() -> None:
     empty.observe(9.0)
     assert empty.snapshot().counts == (0, 0, 1)
     assert empty.snapshot().total == 9.0
+
+
+def test_counted_observations_add_up_as_observed_ones() -> None:
+    observed, counted = Buckets([1, 5, 10]), Buckets([1, 5, 10])
+    assert counted.bounds == (1.0, 5.0, 10.0)
+    for value in (0.2, 1, 5, 10.5):
+        observed.observe(value)
+    counted.observe_counted([2, 1, 0, 0], 6.2)  # the first tally makes the counts
+    counted.observe_counted([0, 0, 0, 1], 10.5)
+    assert counted.snapshot() == observed.snapshot()
+    with pytest.raises(ValueError, match="3 counts for 4 buckets"):
+        counted.observe_counted([1, 1, 1], 3.0)
+    assert counted.snapshot() == observed.snapshot()
