@@ -48,7 +48,9 @@ def encode_cursor_state(state: CursorState, max_ranges: int, max_batch: int) -> 
         "ranges": [list(item) for item in state.ranges[:max_ranges]],
         "batch": [[p.ledger_id, p.entry_id, state.batch[p]] for p in batch_positions],
     }
-    payload = json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+    # Not sort_keys: the properties of the idempotency cursor hold ~20,000 keys, and sorting
+    # them cost more than the encoding (17 against 7 ms); readers do not depend on the order.
+    payload = json.dumps(document, separators=(",", ":")).encode()
     return encode_checked(CURSOR_MAGIC, payload)
 
 
