@@ -51,6 +51,7 @@ __all__ = ["Connection", "ConsumerHandler", "ProducerHandler"]
 logger = logging.getLogger(__name__)
 
 T = pb.BaseCommand
+_MESSAGE = T.MESSAGE
 #: Largest frame accepted from a broker. The broker decides message sizes (CONNECTED tells us
 #: its limit); this bound only stops a runaway peer from making us buffer without end.
 MAX_INCOMING_FRAME = 128 * 1024 * 1024
@@ -157,7 +158,6 @@ class Connection(asyncio.Protocol):
             T.SEND_ERROR: self._on_send_error,
             T.CLOSE_PRODUCER: self._on_close_producer,
             T.CLOSE_CONSUMER: self._on_close_consumer,
-            T.MESSAGE: self._on_message,
             T.ACTIVE_CONSUMER_CHANGE: self._on_active_consumer_change,
             T.REACHED_END_OF_TOPIC: self._on_reached_end_of_topic,
             T.TOPIC_MIGRATED: self._on_topic_migrated,
@@ -383,11 +383,6 @@ class Connection(asyncio.Protocol):
         if handler is not None:
             handler.on_closed_by_broker(self)
 
-    def _on_message(self, frame: Frame) -> None:
-        handler = self._consumers.get(frame.command.message.consumer_id)
-        if handler is not None:
-            handler.on_message(frame)
-
     def _on_active_consumer_change(self, frame: Frame) -> None:
         change = frame.command.active_consumer_change
         handler = self._consumers.get(change.consumer_id)
@@ -418,9 +413,15 @@ class Connection(asyncio.Protocol):
         decoder = self._decoder
         try:
             decoder.feed(data)
+            consumers = self._consumers
             for frame in decoder:
                 if self._closing:
                     break
+                if frame.type == _MESSAGE and self._ready:  # most frames: to their consumer
+                    consumer = consumers.get(frame.command.message.consumer_id)
+                    if consumer is not None:
+                        consumer.on_message(frame)
+                    continue
                 if not self._ready and frame.type not in (T.CONNECTED, T.ERROR, T.AUTH_CHALLENGE):
                     raise RemoteProtocolError(f"{_type_name(frame.type)} before CONNECTED")
                 handler = self._handlers.get(frame.type)

@@ -68,6 +68,8 @@ def _entry(item: Message) -> RawEntry:
 
 def _entry_mode(consumer: AsyncConsumer) -> None:
     consumer._entries.deliver_entries()
+    if not consumer.zero_queue:  # the consumer's ``on_message`` is the decoder's, bound
+        consumer.on_message = consumer._entries.on_message  # type: ignore[method-assign]
 
 
 async def create_entry_reader(

@@ -243,9 +243,13 @@ class Message:
     def ack_position(self) -> tuple[tuple[int, int], int, int, str | None]:
         """``((ledger_id, entry_id), batch_index, batch_size, cluster)`` without making the id
         (the acknowledgement of a message of a batch needs no more); index -1 and size 0 for a
-        message that is a whole entry (or a chunked one: ``message_id()`` knows its chunks);
-        ``cluster``: where it was received (``ReceivedEntry.cluster``)."""
+        message that is a whole entry, size -1 for one reassembled from chunks (its
+        ``message_id()`` knows them: ``is_chunked``); ``cluster``: where it was received
+        (``ReceivedEntry.cluster``). One call tells an acknowledgement all three cases."""
         entry = self._entry
+        message_id = self._message_id
+        if message_id is not None and message_id.first_chunk() is not None:
+            return entry.key, -1, -1, entry.cluster
         return entry.key, self._index, entry.batch_size, entry.cluster
 
     def redelivery_count(self) -> int:

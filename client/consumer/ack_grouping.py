@@ -62,6 +62,18 @@ class AckGrouper:
         elif self._timer is None:
             self._timer = self._loop.call_later(_ACK_GROUPING_TIME, self.flush)
 
+    def add_entries(self, keys: list[EntryKey]) -> None:
+        """``add_entry`` for each of ``keys``, in order (a window of acknowledgements)."""
+        entries = self._entries
+        room = _ACK_GROUPING_MAX_SIZE - len(entries) - len(self._others)
+        if len(keys) < room:
+            entries.extend(keys)
+            if self._timer is None:
+                self._timer = self._loop.call_later(_ACK_GROUPING_TIME, self.flush)
+            return
+        for key in keys:  # a group fills up on the way: flushed at its limit, as one by one
+            self.add_entry(key)
+
     def add(self, item: AckIdentity) -> None:
         others = self._others
         others.append(item)

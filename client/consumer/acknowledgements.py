@@ -140,11 +140,13 @@ class Acknowledger:
             return
         if batch_index >= 0 and batch_size > 0:
             self._acknowledge_in_batch(key, batch_index, batch_size)
-        elif message.is_chunked():
+        elif batch_size < 0:  # reassembled from chunks: its id knows them
             self.acknowledge(message.message_id())
         else:  # a whole entry: no id needed
             self._acks.add_entry(key)
-            self._untrack(key)
+            self.redelivery.forget(key)  # ``_untrack``, inline: once per message
+            if self._dead_letter is not None:
+                self._dead_letter.forget(key)
 
     def acknowledge(self, message_id: MessageId) -> None:
         if self._left(cluster_of(message_id)):
@@ -185,30 +187,37 @@ class Acknowledger:
         """
         simple = self._dead_letter is None and not self._config.batch_index_ack_enabled
         batch_ack = self._batches.ack
-        add_entry = self._acks.add_entry
-        forget = self.redelivery.forget
-        acknowledge = self.acknowledge
+        here = self._cluster
         popleft = pending.popleft
-        acknowledge_message = self.acknowledge_message
+        # Whole entries done, in order: handed to the grouper at once, before anything else
+        # acknowledges (``_settle_done``), so the order of acknowledgements is kept.
+        done: list[EntryKey] = []
         while pending:
             item = popleft()
-            if item.__class__ is not Message:
-                acknowledge(id_of(item))
-                continue
-            key, batch_index, batch_size, cluster = item.ack_position()
-            if cluster != self._cluster and self._left(cluster):
-                continue
-            if simple:
+            if simple and item.__class__ is Message:
+                key, batch_index, batch_size, cluster = item.ack_position()
+                if cluster != here and self._left(cluster):
+                    continue
                 if batch_index >= 0 and batch_size > 0:
-                    if not batch_ack(key, batch_index, batch_size):  # the entry is done
-                        add_entry(key)
-                        forget(key)
+                    if not batch_ack(key, batch_index, batch_size):
+                        done.append(key)  # the last of its batch: the entry is done
                     continue
-                if not item.is_chunked():  # a whole entry (``acknowledge_message``'s last case)
-                    add_entry(key)
-                    forget(key)
+                if batch_size == 0:  # a whole entry (``acknowledge_message``'s last case)
+                    done.append(key)
                     continue
-            acknowledge_message(item)
+            self._settle_done(done)
+            if item.__class__ is Message:
+                self.acknowledge_message(item)
+            else:
+                self.acknowledge(id_of(item))
+        self._settle_done(done)
+
+    def _settle_done(self, keys: list[EntryKey]) -> None:
+        """Acknowledge the whole entries ``keys`` (emptied)."""
+        if keys:
+            self._acks.add_entries(keys)
+            self.redelivery.forget_all(keys)
+            keys.clear()
 
     def acknowledge_cumulative(self, message_id: MessageId) -> None:
         """Raises:

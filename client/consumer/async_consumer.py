@@ -128,8 +128,8 @@ class AsyncConsumer:
             self._entries.on_exhausted = self._acknowledger.dead_letter_now
         # The official clients name an unnamed consumer themselves (10 hex digits).
         self._name = config.consumer_name or os.urandom(5).hex()
-        if self._receiver.zero:  # an instance attribute: the usual path pays nothing
-            self.on_message = self._on_message_zero_queue  # type: ignore[method-assign]
+        zero = self._receiver.zero  # on_message, per instance: the connection calls the decoder
+        self.on_message = self._on_message_zero_queue if zero else self._entries.on_message  # type: ignore[method-assign]
 
     # --- what the application sees ------------------------------------------------------
 
@@ -434,7 +434,7 @@ class AsyncConsumer:
 
     # --- internals: connection events ---------------------------------------------------
 
-    def on_message(self, frame: Frame) -> None:
+    def on_message(self, frame: Frame) -> None:  # replaced per instance (``__init__``)
         self._entries.on_message(frame)
 
     def on_active_consumer_change(self, is_active: bool) -> None:

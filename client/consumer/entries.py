@@ -62,6 +62,8 @@ __all__ = ["EntryDecoder", "StartFilter", "UndecryptedMessage"]
 
 logger = logging.getLogger(__name__)
 
+_U64_SIGN = 1 << 63  # wire ids at or above it are negative (``from_u64``)
+
 
 class UndecryptedMessage(Message):
     """A message handed out still encrypted (``crypto_failure_action`` CONSUME): its data is
@@ -187,18 +189,21 @@ class EntryDecoder:
     def on_message(self, frame: Frame) -> None:
         command = frame.command.message
         received = command.message_id  # the entry's position only: one id object, not two
-        ledger, entry_id = from_u64(received.ledgerId), from_u64(received.entryId)
-        assert frame.entry is not None
+        ledger, entry_id = received.ledgerId, received.entryId
+        if ledger >= _U64_SIGN or entry_id >= _U64_SIGN:  # ``from_u64``, off the hot path
+            ledger, entry_id = from_u64(ledger), from_u64(entry_id)
+        entry = frame.entry
+        assert entry is not None
         if not frame.checksum_valid:
             self._discard(WireMessageId(ledger, entry_id), AckValidationError.ChecksumMismatch, 1)
             return
         if not self.start.active:
-            lazily = decode_plain_entry_lazily(frame.entry)
+            lazily = decode_plain_entry_lazily(entry)
             if lazily is not None:  # one plain message: its metadata is parsed if it is read
-                self._on_plain(command.redelivery_count, ledger, entry_id, *lazily)
+                self._on_plain(command.redelivery_count, ledger, entry_id, lazily[0], lazily[1])
                 return
         try:
-            metadata, payload, plain = decode_entry_plain(frame.entry)
+            metadata, payload, plain = decode_entry_plain(entry)
         except RemoteProtocolError:
             self._discard(
                 WireMessageId(ledger, entry_id), AckValidationError.BatchDeSerializeError, 1

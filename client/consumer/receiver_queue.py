@@ -98,13 +98,19 @@ class ReceiverQueue:
 
     def append(self, message: Message) -> None:
         self.messages.append(message)
-        self.wake()
+        self.arrived.set()  # ``wake``, inline: once per message received
+        if self.threads_waiting:
+            self._wake_threads()
 
     def wake(self) -> None:
         """Something was queued (or the consumer closes): wake receivers on the loop and in
         other threads."""
         self.arrived.set()
-        if self.threads_waiting and not self._thread_wakeup.is_set():
+        if self.threads_waiting:
+            self._wake_threads()
+
+    def _wake_threads(self) -> None:
+        if not self._thread_wakeup.is_set():
             # Set once per wait, not once per message that arrives before the waiter runs
             # (``Event.set`` takes a lock and notifies). Safe: the waiter clears the event
             # before it looks at the queue, so a set seen here is one it has not consumed.

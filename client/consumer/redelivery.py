@@ -49,6 +49,13 @@ class RedeliveryTimers:
         if self._nacked:
             self._nacked.pop(key, None)
 
+    def forget_all(self, keys: list[EntryKey]) -> None:
+        """``forget`` each of ``keys`` (a window of acknowledgements; nothing to do unless
+        the ack timeout or negative acknowledgements track entries)."""
+        if self._unacked or self._nacked:
+            for key in keys:
+                self.forget(key)
+
     def forget_unacked_up_to(self, key: EntryKey) -> None:
         """Entries up to ``key`` were acknowledged cumulatively."""
         for done in [k for k in self._unacked if k <= key]:

@@ -8,6 +8,7 @@ import pytest
 from client.message import Message, ReceivedEntry
 from client.message_id import MessageId
 from protocol import SingleMessage, pb
+from protocol.ids import MessageId as WireMessageId
 
 pytestmark = pytest.mark.compat
 
@@ -98,3 +99,24 @@ def test_a_message_whose_metadata_came_as_bytes_parses_it_on_first_use() -> None
     assert (message.partition_key(), message.event_timestamp()) == ("k", 900)
     assert (message.producer_name(), message.sequence_id()) == ("p", 42)
     assert entry.metadata is entry.metadata == metadata  # parsed once, then kept
+
+
+def test_ack_position_tells_a_whole_entry_a_batch_member_and_a_chunked_message_apart() -> None:
+    """What an acknowledgement reads, in one call (``Acknowledger.acknowledge_queued``): size 0
+    for a whole entry, with or without its id made; index and size for one of a batch; size
+    -1 for a message reassembled from chunks (its id knows the chunks to acknowledge)."""
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=5)
+    whole = Message.of_whole_entry(ReceivedEntry(TOPIC, metadata, 1, 2, 0, -1, cluster="c"), b"x")
+    assert whole.ack_position() == ((1, 2), -1, 0, "c")
+    assert whole.message_id() == MessageId(-1, 1, 2)
+    assert whole.ack_position() == ((1, 2), -1, 0, "c")
+    batched = pb.MessageMetadata(
+        producer_name="p", sequence_id=0, publish_time=5, num_messages_in_batch=3
+    )
+    single = SingleMessage(b"x").to_pb()
+    member = Message.from_batch(TOPIC, MessageId(-1, 1, 2, 1, batch_size=3), batched, single, b"x")
+    assert member.ack_position()[:3] == ((1, 2), 1, 3)
+    chunked_id = MessageId.from_wire(WireMessageId(1, 2), first_chunk=WireMessageId(1, 0))
+    chunked = Message(b"x", chunked_id, TOPIC, metadata)
+    assert chunked.is_chunked()
+    assert chunked.ack_position()[:3] == ((1, 2), -1, -1)

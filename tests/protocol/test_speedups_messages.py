@@ -10,6 +10,7 @@ message and place.
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -184,3 +185,28 @@ def test_the_rest_of_the_protobuf_api_still_answers() -> None:
     assert frame.command == parsed
     assert message == parsed.message
     assert message.message_id == parsed.message.message_id
+
+
+def test_a_decoded_message_is_freed_without_the_cyclic_collector() -> None:
+    """The command, its fields and its id hold no references back to one another: a frame is
+    freed when dropped, not left to a collection (a consumer receiving 100k messages a second
+    paid ~0.5 us per message in collections for such a cycle). Asked for a field they do not
+    hold, each still answers from the command's bytes."""
+    gc.collect()
+    gc.disable()
+    try:
+        decoder = _speedups.FrameDecoder()
+        decoder.feed(broker_message(redelivery_count=1) * 50)
+        frames = list(decoder)
+        assert len(frames) == 50
+        for frame in frames:
+            message: Any = frame.command.message
+            assert isinstance(frame.command, _speedups.MessageCommand)
+            assert message.redelivery_count == 1
+            assert list(message.message_id.ack_set) == []  # parsed from the bytes on use
+            assert message.HasField("message_id")
+            assert not message.HasField("consumer_epoch")
+        del frames, frame, message
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

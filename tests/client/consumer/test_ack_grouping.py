@@ -8,8 +8,9 @@ as 1000 are pending; closing the consumer sends what is pending at once.
 from __future__ import annotations
 
 import time
+from collections import deque
 
-from client import AsyncClient
+from client import AsyncClient, Message, MessageId
 from protocol import Frame, commands, encode_entry, pb
 from protocol.ids import MessageId as WireMessageId
 from tests.client.stub_broker import StubBroker, StubConnection
@@ -90,3 +91,22 @@ async def test_close_sends_the_pending_acks_at_once() -> None:
             await consumer.close()
             await broker.wait_for(lambda: bool(broker.of_type(T.CLOSE_CONSUMER)))
             assert _acked_entries(broker) == [[0, 1]]
+
+
+async def test_a_window_of_acks_is_grouped_in_order_and_split_at_the_limit() -> None:
+    """The blocking facade's window (``acknowledge_queued``): whole entries go to the grouper
+    together, an id among them keeps its place, and a group is sent at 1000 as one by one."""
+    async with StubBroker() as broker:
+        _serve_subscriptions(broker, 1500)
+        async with AsyncClient(broker.url) as client:
+            consumer = await client.subscribe("t", "sub", receiver_queue_size=1500)
+            messages = [await consumer.receive(5_000) for _ in range(1500)]
+            window: deque[Message | MessageId] = deque(messages)
+            window[700] = messages[700].message_id()
+            consumer.acknowledge_queued(window)
+            assert not window
+            await broker.wait_for(lambda: bool(broker.of_type(T.ACK)), within=0.08)
+            assert _acked_entries(broker) == [list(range(1000))]  # at the limit, not the timer
+            await consumer.close()
+            await broker.wait_for(lambda: len(broker.of_type(T.ACK)) == 2)
+            assert _acked_entries(broker) == [list(range(1000)), list(range(1000, 1500))]
