@@ -96,22 +96,31 @@ cdef class SendFields:
     cdef readonly bint is_chunk
     cdef readonly bint marker
     cdef uint32_t _present  # bit n: field number n was on the wire
-    cdef SendCommand _command
+    # The command's bytes, parsed here when an uncommon field is asked for, rather than a
+    # pointer back at the SendCommand: that cycle made every SEND garbage only the cyclic
+    # collector frees (as the consumer's MESSAGE objects were, issue #23).
+    cdef bytes _raw
+    cdef object _parsed
+
+    cdef object _full(self):
+        if self._parsed is None:
+            self._parsed = _pb.BaseCommand.FromString(self._raw).send
+        return self._parsed
 
     def HasField(self, name):
         bit = _SEND_FIELD_BITS.get(name)
         if bit is None:
-            return self._command._full().send.HasField(name)
+            return self._full().HasField(name)
         return (self._present & <uint32_t>bit) != 0
 
     def __getattr__(self, name):
-        return getattr(self._command._full().send, name)
+        return getattr(self._full(), name)
 
     def __eq__(self, other):
-        return self._command._full().send == other
+        return self._full() == other
 
     def __repr__(self):
-        return repr(self._command._full().send)
+        return repr(self._full())
 
     cdef tuple identity(self):
         """``of_send``: (sequence id, highest sequence id, num_messages)."""
@@ -255,7 +264,7 @@ cdef object _send_frame_of(const uint8_t *start, const uint8_t *entry_start, obj
     parsed = SendCommand.__new__(SendCommand)
     parsed._raw = PyBytes_FromStringAndSize(<const char *>start + 4, command_size)
     parsed.send = fields
-    fields._command = parsed
+    fields._raw = parsed._raw
     return _Frame(parsed, SEND_TYPE, entry, checksum_valid, has_checksum)
 
 

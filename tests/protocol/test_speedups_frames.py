@@ -10,6 +10,7 @@ and message, at the same place in the stream.
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -123,6 +124,31 @@ def test_a_large_send_in_many_reads_is_one_copy_of_its_entry(checksum: bool) -> 
     assert send.has_checksum is checksum
     assert (send.command.send.producer_id, send.command.send.sequence_id) == (3, 9)
     assert decoder.buffered == 0
+
+
+def test_a_decoded_send_is_freed_without_the_cyclic_collector() -> None:
+    """The SEND command and its fields hold no references back to one another: a frame is
+    freed when dropped, not left to a collection (as the consumer's MESSAGE frames, issue
+    #23). Asked for a field they do not hold, the fields still answer from the bytes."""
+    entry = b"\x00\x00\x00\x02\x0a\x00payload"
+    gc.collect()
+    gc.disable()
+    try:
+        decoder = _speedups.FrameDecoder()
+        decoder.feed(commands.send(7, 3, entry, num_messages=2) * 50)
+        frames = list(decoder)
+        assert len(frames) == 50
+        for frame in frames:
+            send: Any = frame.command.send
+            assert isinstance(frame.command, _speedups.SendCommand)
+            assert (send.producer_id, send.sequence_id, send.num_messages) == (7, 3, 2)
+            assert not send.HasField("txnid_least_bits")
+            assert send.HasField("producer_id")
+            assert not send.HasField("message_id")  # parsed from the bytes on use
+        del frames, frame, send
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
 
 
 def test_ordinary_sends_take_the_fast_path() -> None:
