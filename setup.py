@@ -61,6 +61,7 @@ def _extensions() -> list[Extension]:
             "protocol/_acked_positions.pxi",
             "protocol/_records.pxi",
             "protocol/_send_path.pxi",
+            "protocol/_split_batch.pxi",
         ],
     )
     return cythonize([speedups], compiler_directives={"language_level": "3"}, quiet=True)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from protocol._accel import speedups
 from protocol._pb import PulsarApi_pb2 as pb
 from protocol.errors import RemoteProtocolError
 
@@ -100,7 +102,7 @@ def decode_batch(payload: bytes | memoryview, count: int | None = None) -> list[
     return [SingleMessage.from_pb(meta, data) for meta, data in split_batch(payload, count)]
 
 
-def split_batch(
+def py_split_batch(
     payload: bytes | memoryview, count: int | None = None
 ) -> list[tuple[pb.SingleMessageMetadata, bytes]]:
     """Split a batch payload into ``(header, payload)`` records, headers left as parsed.
@@ -153,3 +155,7 @@ def split_batch(
 _UNBOUNDED = 1 << 62
 _PAYLOAD_SIZE_TAG = 0x18
 _parse_single = pb.SingleMessageMetadata.FromString
+
+_compiled = speedups()
+# The compiled ``py_split_batch`` when the extension is in use (``protocol._accel``).
+split_batch = py_split_batch if TYPE_CHECKING or _compiled is None else _compiled.split_batch

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import pb
-from protocol.batch import SingleMessage, decode_batch, encode_batch
+from protocol import _speedups, pb
+from protocol.batch import SingleMessage, decode_batch, encode_batch, py_split_batch
 from protocol.errors import RemoteProtocolError
 
 
@@ -101,3 +102,41 @@ def test_a_record_whose_payload_size_is_not_its_first_field() -> None:
     header = b"\x0a\x06\x0a\x01k\x12\x01v" + b"\x18\x02"
     (message,) = decode_batch(_record(header, b"hi"), count=1)
     assert message == SingleMessage(b"hi", properties={"k": "v"})
+
+
+# --- the compiled split_batch against the reference -------------------------------------------
+
+records_strategy = st.lists(
+    st.one_of(
+        messages_strategy.map(encode_batch),
+        st.builds(_record, st.binary(max_size=12), st.binary(max_size=6)),
+        st.binary(max_size=9),
+        st.sampled_from(
+            [
+                _record(pb.SingleMessageMetadata(payload_size=-1).SerializeToString()),
+                _record(pb.SingleMessageMetadata(payload_size=40).SerializeToString(), b"x"),
+                _record(b"\x0a\x06\x0a\x01k\x12\x01v\x18\x02", b"hi"),
+                _record(b""),
+            ]
+        ),
+    ),
+    max_size=4,
+)
+
+
+def _outcome(split: Any, payload: bytes | memoryview, count: int | None) -> Any:
+    try:
+        return [(meta.SerializeToString(), data) for meta, data in split(payload, count)]
+    except RemoteProtocolError as exc:
+        return (type(exc), str(exc), type(exc.__cause__))
+
+
+@settings(max_examples=400, deadline=None)
+@given(records_strategy, st.none() | st.integers(0, 40), st.booleans())
+def test_compiled_split_batch_is_the_reference(
+    parts: list[bytes], count: int | None, as_view: bool
+) -> None:
+    payload = b"".join(parts)
+    given_payload: bytes | memoryview = memoryview(payload) if as_view else payload
+    expected = _outcome(py_split_batch, payload, count)
+    assert _outcome(_speedups.split_batch, given_payload, count) == expected
