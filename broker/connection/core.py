@@ -64,11 +64,12 @@ DECODE_SECONDS_PER_TURN = 0.002
 #: Requests (PRODUCER, SUBSCRIBE, LOOKUP, ...) started per turn: each is a task whose first
 #: step runs in the next turn, ~50-150 us each, so 256 of them would make that turn long.
 REQUESTS_PER_TURN = 32
-#: Bytes one connection reads in a turn before it pauses reading until the next one. uvloop
+#: Bytes one connection reads in a turn before it pauses reading until the next one (128 KiB:
+#: P5 tailing 0.92-0.95 with 256, 1.01-1.03 with 128, batched ingest unchanged). uvloop
 #: reads a ready socket up to 32 times in a row (256 KiB each), each read decoded within the
 #: budget above: a producer of batches took 5-10 ms of a turn while a consumer's FLOW waited
 #: behind it, so a tailing consumer fell behind ingest (P5 of issue #26).
-READ_BYTES_PER_TURN = 256 * 1024
+READ_BYTES_PER_TURN = 128 * 1024
 T = pb.BaseCommand.Type
 
 
