@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import pulsar
 import pytest
 
-from tests.helpers import BrokerThread, broker_config
+from tests.helpers import BrokerThread, broker_config, close_client, new_client
 
 
 @pytest.fixture(scope="module")
@@ -20,3 +21,13 @@ def running(
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture
+def official(running: BrokerThread) -> Iterator[pulsar.Client]:
+    """The official client on this module's broker, closed after the test."""
+    client = new_client(running.url)
+    try:
+        yield client
+    finally:
+        close_client(client)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pulsar
@@ -22,20 +21,11 @@ from client import AsyncClient, CompressionType, InitialPosition
 from client.consumer import ConsumerType
 from client.errors import AlreadyClosed, CumulativeAcknowledgementNotAllowedError, Timeout
 from client.schema import JsonSchema
-from tests.helpers import BrokerThread, broker_config, close_client, new_client
+from tests.helpers import BrokerThread, broker_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
 EARLIEST = InitialPosition.Earliest
-
-
-@pytest.fixture
-def official(running: BrokerThread) -> Iterator[pulsar.Client]:
-    client = new_client(running.url)
-    try:
-        yield client
-    finally:
-        close_client(client)
 
 
 def new_topic() -> str:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import pulsar
 import pytest
 
-from tests.helpers import BrokerThread, broker_config, close_client, new_client
+from tests.helpers import BrokerThread, broker_config
 
 #: The broker's maxMessageSize in these tests.
 MAX_MESSAGE_SIZE = 64 * 1024
@@ -22,12 +21,3 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
         yield broker
     finally:
         broker.stop()
-
-
-@pytest.fixture
-def official(running: BrokerThread) -> Iterator[pulsar.Client]:
-    client = new_client(running.url)
-    try:
-        yield client
-    finally:
-        close_client(client)
