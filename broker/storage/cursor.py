@@ -33,14 +33,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from types import MappingProxyType
 from typing import Protocol
 
-from broker.storage.cursor_file import CursorState, encode_cursor_state
-from broker.storage.cursor_names import cursor_file
+from broker.storage.cursor_file import CursorState
+from broker.storage.cursor_store import CursorStore
 from broker.storage.errors import InvalidPositionError, LedgerClosedError
-from broker.storage.files import FileLayer, atomic_write
 from broker.storage.lock import first_lock
 from broker.storage.position import Position
 from broker.storage.ranges import PositionRangeSet
@@ -68,43 +66,6 @@ class LedgerView(Protocol):
     def read(
         self, position: Position, max_entries: int, max_bytes: int
     ) -> list[tuple[Position, bytes]]: ...
-
-
-class CursorStore:
-    """Where and how the durable cursors of one ledger persist (file layer, bounds); one per
-    ledger, shared by its cursors (a store per cursor cost ~70 B per cursor, issue #26).
-
-    A file's path is made when it is written, from the ledger's folder and the cursor's name."""
-
-    __slots__ = ("_ledger_directory", "layer", "max_batch", "max_ranges")
-
-    def __init__(
-        self, layer: FileLayer, ledger_directory: Path, max_ranges: int, max_batch: int
-    ) -> None:
-        self.layer = layer
-        self._ledger_directory = ledger_directory
-        self.max_ranges = max_ranges
-        self.max_batch = max_batch
-
-    def path_of(self, name: str) -> Path:
-        return cursor_file(self._ledger_directory, name)
-
-    def save(self, state: CursorState) -> None:
-        if len(state.ranges) > self.max_ranges or len(state.batch) > self.max_batch:
-            log.warning(
-                "cursor %r: persisting only %d of %d ack ranges and %d of %d batch ack sets; "
-                "the rest will be redelivered after a restart",
-                state.name,
-                min(len(state.ranges), self.max_ranges),
-                len(state.ranges),
-                min(len(state.batch), self.max_batch),
-                len(state.batch),
-            )
-        atomic_write(
-            self.layer,
-            self.path_of(state.name),
-            encode_cursor_state(state, self.max_ranges, self.max_batch),
-        )
 
 
 class Cursor:

@@ -1,6 +1,6 @@
 """Persistent form of a durable cursor and its (bounded) encoding.
 
-A cursor file is a checked file (see ``files``) holding JSON::
+A cursor's state is one JSON document::
 
     {"name": ..., "mark_delete": [l, e], "properties": {...},
      "ranges": [[l, first, last], ...], "batch": [[l, e, [word, ...]], ...]}
@@ -10,21 +10,54 @@ Bounds (Pulsar's ``managedLedgerMaxUnackedRangesToPersist`` and
 deleted ranges and the lowest ``max_batch`` partially acknowledged entries are written. What lies
 beyond is lost on restart and those messages are delivered again: at-least-once, never loss. The
 lowest ones are kept because they are the ones holding the mark-delete position back.
+
+Two file formats hold it (the first four bytes tell them apart):
+
+* **format 2, the cursor log** (written since issue #26): ``"MGCL" | version u16 | reserved u16``,
+  then records ``length u32 | crc32c u32 | document``, the crc over the length bytes and the
+  document. The first record starts right after the header, every later one at the next 512-byte
+  boundary after its predecessor, so an append never rewrites a sector holding an earlier record.
+  A file is pre-filled with zeros past its records (``broker.storage.cursor_store`` decides how
+  far), so an append changes no file size and its ``fdatasync`` needs no journal commit. The
+  state is the last record. Pulsar keeps a cursor the same way: positions appended to a cursor
+  ledger, the metadata store touched only when that ledger rolls;
+* **format 1, a checked file** (``files.encode_checked``, magic ``"MGCR"``) holding one document:
+  what earlier builds wrote; read, never written (the first save after a load rolls it over).
+
+Reading a log: records are taken while valid. The first slot that is not (zeros: the end; a bad
+length or checksum: an append torn by a crash, whose predecessor is the state) ends the log, and
+no later 512-byte boundary may hold a valid record: appends are sequential, so one there means a
+record in the middle was damaged after it was written, and the newer state must not be silently
+dropped (``CorruptCursorError``). The first record is written by an atomic replace, never torn, so
+a bad first record is damage too.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import crc32c
+
 from broker.storage.errors import CorruptCursorError
-from broker.storage.files import decode_checked, encode_checked
+from broker.storage.files import decode_checked
 from broker.storage.position import Position
 from broker.storage.ranges import EntryRange
 
-CURSOR_MAGIC = b"MGCR"
+log = logging.getLogger(__name__)
+
+CURSOR_MAGIC = b"MGCR"  # format 1: a checked file
+CURSOR_LOG_MAGIC = b"MGCL"  # format 2: the cursor log
+CURSOR_LOG_VERSION = 1
+LOG_HEADER = struct.Struct("<4sHH")
+RECORD_HEADER = struct.Struct("<II")
+#: Records after the first start on this boundary (a disk sector: a torn append never rewrites
+#: the sectors of the record before it).
+RECORD_ALIGNMENT = 512
 
 
 @dataclass(slots=True)
@@ -38,8 +71,8 @@ class CursorState:
     batch: dict[Position, list[int]] = field(default_factory=dict)
 
 
-def encode_cursor_state(state: CursorState, max_ranges: int, max_batch: int) -> bytes:
-    """Checked-file bytes for ``state``, keeping the lowest ``max_ranges``/``max_batch`` items."""
+def encode_cursor_document(state: CursorState, max_ranges: int, max_batch: int) -> bytes:
+    """The JSON document of ``state``, keeping the lowest ``max_ranges``/``max_batch`` items."""
     batch_positions = sorted(state.batch)[:max_batch]
     document = {
         "name": state.name,
@@ -50,23 +83,99 @@ def encode_cursor_state(state: CursorState, max_ranges: int, max_batch: int) -> 
     }
     # Not sort_keys: the properties of the idempotency cursor hold ~20,000 keys, and sorting
     # them cost more than the encoding (17 against 7 ms); readers do not depend on the order.
-    payload = json.dumps(document, separators=(",", ":")).encode()
-    return encode_checked(CURSOR_MAGIC, payload)
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def log_record(document: bytes) -> bytes:
+    """One record of the cursor log: ``length | crc32c | document``."""
+    length = struct.pack("<I", len(document))
+    return length + struct.pack("<I", crc32c.crc32c(document, crc32c.crc32c(length))) + document
+
+
+def log_header() -> bytes:
+    return LOG_HEADER.pack(CURSOR_LOG_MAGIC, CURSOR_LOG_VERSION, 0)
+
+
+def next_record_offset(end: int) -> int:
+    """Where the record after one ending at ``end`` starts (the next 512-byte boundary)."""
+    return -(-end // RECORD_ALIGNMENT) * RECORD_ALIGNMENT
 
 
 def decode_cursor_state(data: bytes, path: Path) -> CursorState:
-    """Parse a cursor file; raises ``CorruptCursorError`` naming ``path`` if it is damaged."""
-    payload = decode_checked(CURSOR_MAGIC, data, path, CorruptCursorError)
+    """The state a cursor file holds, in either format; raises ``CorruptCursorError`` naming
+    ``path`` if it is damaged."""
+    if data[:4] == CURSOR_LOG_MAGIC:
+        document, _end = read_cursor_log(data, path)
+    else:
+        document = decode_checked(CURSOR_MAGIC, data, path, CorruptCursorError)
+    return decode_cursor_document(document, path)
+
+
+def read_cursor_log(data: bytes, path: Path) -> tuple[bytes, int]:
+    """The last record's document of a cursor log and the offset where that record ends."""
+    if len(data) < LOG_HEADER.size:
+        raise CorruptCursorError(path, 0, f"file too short ({len(data)} bytes)")
+    _magic, version, reserved = LOG_HEADER.unpack_from(data)
+    if version != CURSOR_LOG_VERSION or reserved != 0:
+        raise CorruptCursorError(path, 4, f"unsupported cursor log version {version}.{reserved}")
+    offset = LOG_HEADER.size
+    last: tuple[bytes, int] | None = None
+    while True:
+        document = _record_at(data, offset)
+        if document is None:
+            break
+        end = offset + RECORD_HEADER.size + len(document)
+        last = (document, end)
+        offset = next_record_offset(end)
+    if last is None:
+        raise CorruptCursorError(path, offset, "the log's first record is damaged")
+    _refuse_records_after(data, offset, path)
+    if any(data[offset : offset + RECORD_HEADER.size]):
+        log.warning(
+            "cursor log %s: the record at offset %d is incomplete (a save cut short by a crash); "
+            "the state saved before it is used",
+            path,
+            offset,
+        )
+    return last
+
+
+def _record_at(data: bytes, offset: int) -> bytes | None:
+    """The document of a valid record at ``offset``, None if there is none (end, torn, bad)."""
+    if offset + RECORD_HEADER.size > len(data):
+        return None
+    length, crc = RECORD_HEADER.unpack_from(data, offset)
+    start = offset + RECORD_HEADER.size
+    if length == 0 or length > len(data) - start:
+        return None
+    document = data[start : start + length]
+    if crc32c.crc32c(document, crc32c.crc32c(data[offset : offset + 4])) != crc:
+        return None
+    return document
+
+
+def _refuse_records_after(data: bytes, end_of_log: int, path: Path) -> None:
+    """A valid record past the slot that ended the log means damage in the middle (see the
+    module docstring); zero words are skipped without a checksum."""
+    for offset in range(end_of_log + RECORD_ALIGNMENT, len(data), RECORD_ALIGNMENT):
+        if data[offset : offset + 4] != b"\0\0\0\0" and _record_at(data, offset) is not None:
+            raise CorruptCursorError(
+                path, end_of_log, f"damaged record before a valid one at offset {offset}"
+            )
+
+
+def decode_cursor_document(document: bytes, path: Path) -> CursorState:
+    """Parse a cursor's JSON document; raises ``CorruptCursorError`` naming ``path``."""
     try:
-        document: dict[str, Any] = json.loads(payload)
+        parsed: dict[str, Any] = json.loads(document)
         state = CursorState(
-            name=str(document["name"]),
-            mark_delete=Position(int(document["mark_delete"][0]), int(document["mark_delete"][1])),
-            properties={str(k): int(v) for k, v in document["properties"].items()},
-            ranges=[EntryRange(int(lid), int(f), int(t)) for lid, f, t in document["ranges"]],
+            name=str(parsed["name"]),
+            mark_delete=Position(int(parsed["mark_delete"][0]), int(parsed["mark_delete"][1])),
+            properties={str(k): int(v) for k, v in parsed["properties"].items()},
+            ranges=[EntryRange(int(lid), int(f), int(t)) for lid, f, t in parsed["ranges"]],
             batch={
                 Position(int(lid), int(e)): [int(w) for w in words]
-                for lid, e, words in document["batch"]
+                for lid, e, words in parsed["batch"]
             },
         )
     except (ValueError, TypeError, KeyError, IndexError) as exc:

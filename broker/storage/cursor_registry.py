@@ -16,7 +16,7 @@ from types import MappingProxyType
 from uuid import uuid4
 
 from broker.storage.config import LedgerConfig
-from broker.storage.cursor import Cursor, CursorStore, LedgerView
+from broker.storage.cursor import Cursor, LedgerView
 from broker.storage.cursor_file import CursorState, decode_cursor_state
 from broker.storage.cursor_names import (
     CURSOR_DIR,
@@ -26,6 +26,7 @@ from broker.storage.cursor_names import (
     cursor_files,
     upgrade_cursor_names,
 )
+from broker.storage.cursor_store import CursorStore
 from broker.storage.errors import CorruptCursorError
 from broker.storage.files import FileLayer, read_file, unlink_durably
 from broker.storage.position import Position
@@ -135,6 +136,7 @@ class CursorRegistry:
 
     def remove_file(self, name: str) -> None:
         """Delete the file of a detached cursor, durably (a disk operation)."""
+        self._store.forget(name)
         unlink_durably(self._layer, self.path_of(name))
 
     def non_durable(self, start: Position) -> Cursor:

@@ -19,8 +19,10 @@ TOPIC = "persistent://public/default/damaged-snapshot"
 
 
 def _flip_a_byte(path: Path) -> None:
+    """Damage the first record of a cursor log (the zeros a log is pre-filled with hold
+    nothing, and its last record may be read as a save a crash cut short)."""
     data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
+    data[20] ^= 0xFF
     path.write_bytes(bytes(data))
 
 

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.storage import CorruptCursorError, Ledger, LedgerConfig, Position
-from broker.storage.cursor_file import CursorState, encode_cursor_state
+from broker.storage.cursor_file import CursorState
 from broker.storage.cursor_names import (
     CURSOR_SUFFIX,
     FORMAT_MARKER,
@@ -28,6 +28,7 @@ from broker.storage.files import FileLayer, atomic_write
 from broker.storage.ranges import EntryRange
 from protocol.enums import InitialPosition
 from tests.broker.storage.faults import InlineExecutor, NoSyncLayer
+from tests.broker.storage.legacy_formats import checked_cursor_file
 
 CONFIG = LedgerConfig(max_entries_per_ledger=4, preallocate_bytes=0)
 LONG = "x" * 300
@@ -119,7 +120,7 @@ def _format_1_folder(directory: Path) -> dict[str, CursorState]:
     (folder / FORMAT_MARKER).unlink()
     for name, state in states.items():
         path = folder / (legacy_cursor_file_stem(name) + CURSOR_SUFFIX)
-        atomic_write(NoSyncLayer(), path, encode_cursor_state(state, 1000, 1000))
+        atomic_write(NoSyncLayer(), path, checked_cursor_file(state))
     return states
 
 

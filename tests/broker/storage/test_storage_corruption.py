@@ -1,5 +1,7 @@
 """Bit flips: in sealed segments (refuse to open, naming file and offset), in the ledger
-metadata (properties, sealed list) and in cursor files: always detected, never served."""
+metadata (properties, sealed list) and in cursor files: always detected, never served. A
+cursor log's last record is the one exception: damage there cannot be told from an append a
+crash cut short, so the state before it is used (``broker.storage.cursor_file``)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ from pathlib import Path
 import pytest
 
 from broker.storage import CorruptCursorError, CorruptLedgerError, Ledger, LedgerConfig, Position
+from broker.storage.cursor_file import LOG_HEADER, decode_cursor_state, next_record_offset
+from broker.storage.files import read_file
 from broker.storage.recovery import RECORD_HEADER_SIZE
 from broker.storage.segment import HEADER_SIZE
 from protocol.enums import InitialPosition
 from tests.broker.storage.faults import InlineExecutor, NoSyncLayer, flip_bit
+from tests.broker.storage.legacy_formats import checked_cursor_file
 
 CONFIG = LedgerConfig(max_entries_per_ledger=8, preallocate_bytes=2048)
 
@@ -32,8 +37,12 @@ def pristine(tmp_path: Path) -> tuple[Path, dict[Path, list[int]]]:
         ledger.append(rng.randbytes(rng.randint(1, 60)))
     ledger.flush()
     cursor = ledger.open_cursor("sub", InitialPosition.Earliest)
+    # Three saves after the first file: a pre-filled log of three records, the last at close.
+    cursor.mark_delete(Position(1, 0), {"snapshot": 5})
+    cursor.persist()
     cursor.delete([Position(1, 3), Position(2, 1)])
     cursor.delete_batch_indexes(Position(1, 5), [0b1100])
+    cursor.persist()
     cursor.mark_delete(Position(1, 1), {"snapshot": 7})
     ledger.set_property("topic.epoch", 4)
     starts: dict[Path, list[int]] = {}
@@ -150,11 +159,14 @@ def test_bit_flips_in_the_metadata_file_are_detected(
         shutil.rmtree(copy)
 
 
-def test_bit_flips_in_a_cursor_file_are_detected(
+def test_bit_flips_in_a_format_1_cursor_file_are_detected(
     pristine: tuple[Path, dict[Path, list[int]]], tmp_path: Path
 ) -> None:
+    """What earlier builds wrote (one checked document): every flip is caught."""
     directory, _ = pristine
     relative = Path("cursors") / "sub.cursor"
+    state = decode_cursor_state(read_file(directory / relative), directory / relative)
+    (directory / relative).write_bytes(checked_cursor_file(state))
     for bit in _every_bit_sample(directory / relative, 150, seed=2):
         copy = tmp_path / f"cursor{bit}"
         shutil.copytree(directory, copy)
@@ -162,6 +174,54 @@ def test_bit_flips_in_a_cursor_file_are_detected(
         with pytest.raises(CorruptCursorError) as caught:
             _open(copy)
         assert caught.value.path == copy / relative
+        shutil.rmtree(copy)
+
+
+def _cursor_log(directory: Path) -> tuple[Path, list[range]]:
+    """The pristine cursor's log: its path and the bytes of each record."""
+    path = directory / "cursors" / "sub.cursor"
+    data = path.read_bytes()
+    records, offset = [], LOG_HEADER.size
+    while (length := int.from_bytes(data[offset : offset + 4], "little")) != 0:
+        end = offset + RECORD_HEADER_SIZE + length
+        records.append(range(offset, end))
+        offset = next_record_offset(end)
+    return path, records
+
+
+def test_bit_flips_in_a_cursor_log_are_detected_or_read_as_a_torn_last_append(
+    pristine: tuple[Path, dict[Path, list[int]]], tmp_path: Path
+) -> None:
+    """In the log header or any record but the last: refused. In the last record: what a
+    crash during that append leaves, the state before it (never the damaged bytes). In the
+    zeros between and past the records: nothing is stored there, the state is intact."""
+    directory, _ = pristine
+    path, records = _cursor_log(directory)
+    assert len(records) == 3  # the fixture's three saves
+    rng = random.Random(2)
+    header_bits = range(LOG_HEADER.size * 8)
+    early_bits = [
+        bit for record in records[:-1] for bit in range(record[0] * 8, record[-1] * 8 + 8)
+    ]
+    last_bits = range(records[-1][0] * 8, records[-1][-1] * 8 + 8)
+    zero_bits = range((records[-1][-1] + 1) * 8, path.stat().st_size * 8)
+    cases = [(bit, "refused") for bit in rng.sample(header_bits, 20) + rng.sample(early_bits, 60)]
+    cases += [(bit, "previous") for bit in rng.sample(last_bits, 40)]
+    cases += [(bit, "intact") for bit in rng.sample(zero_bits, 30)]
+    for bit, expected in cases:
+        copy = tmp_path / f"log{bit}"
+        shutil.copytree(directory, copy)
+        flip_bit(copy / path.relative_to(directory), bit)
+        if expected == "refused":
+            with pytest.raises(CorruptCursorError) as caught:
+                _open(copy)
+            assert caught.value.path == copy / path.relative_to(directory)
+        else:
+            ledger = _open(copy)
+            cursor = ledger.cursors["sub"]
+            wanted = Position(1, 0) if expected == "previous" else Position(1, 1)
+            assert (bit, cursor.mark_delete_position) == (bit, wanted)
+            ledger.close()
         shutil.rmtree(copy)
 
 
