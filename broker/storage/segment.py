@@ -45,6 +45,7 @@ from pathlib import Path
 
 import crc32c
 
+from broker.storage.direct_io import BLOCK, DirectWriter
 from broker.storage.errors import CorruptLedgerError
 from broker.storage.files import FileLayer, write_all, write_all_parts
 from broker.storage.ledger_meta_file import SealedLedger
@@ -158,6 +159,7 @@ class Segment:
         sealed_at_ms: int | None,
         fd: int | None = None,
         allocated_end: int = 0,
+        direct: DirectWriter | None = None,
     ) -> None:
         self.path = path
         self.ledger_id = ledger_id
@@ -170,6 +172,7 @@ class Segment:
         self._layer = layer
         self._fd = fd
         self.allocated_end = allocated_end
+        self._direct = direct
         self._extension: Future[int] | None = None
         self._extension_start = 0
 
@@ -246,8 +249,17 @@ class Segment:
         )
 
     @classmethod
-    def create(cls, layer: FileLayer, path: Path, ledger_id: int, spare: Path | None) -> Segment:
-        """A new active segment, from a pre-allocated ``spare`` file if one is given.
+    def create(
+        cls,
+        layer: FileLayer,
+        path: Path,
+        ledger_id: int,
+        spare: Path | None,
+        *,
+        direct_io: bool = False,
+    ) -> Segment:
+        """A new active segment, from a pre-allocated ``spare`` file if one is given; with
+        ``direct_io``, large flushes bypass the page cache (``broker.storage.direct_io``).
 
         The header is written here without a sync; the first flush's fdatasync covers it. The
         directory is fsynced so the new name survives a crash.
@@ -281,6 +293,7 @@ class Segment:
             sealed_at_ms=None,
             fd=fd,
             allocated_end=allocated,
+            direct=DirectWriter(layer, path) if direct_io else None,
         )
 
     # -- state ----------------------------------------------------------------------------
@@ -305,6 +318,15 @@ class Segment:
         ``sync``. State is unchanged."""
         if self._fd is None:
             raise OSError(f"segment {self.path} is not writable")
+        direct = self._direct
+        if direct is not None and direct.wants(size):
+            # The aligned write ends with zeros up to the next block: settle a zero-fill
+            # job that could still be writing there.
+            self.wait_extension(before=-(-(self.data_end + size) // BLOCK) * BLOCK)
+            if direct.write(self._fd, records, size, self.data_end):
+                if sync:
+                    self._layer.fdatasync(self._fd)
+                return
         self.wait_extension(before=self.data_end + size)
         write_all_parts(self._layer, self._fd, records, self.data_end)
         if sync:
@@ -374,6 +396,8 @@ class Segment:
             self._close_fd()
 
     def _close_fd(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
         if self._fd is not None:
             fd, self._fd = self._fd, None
             self._layer.close(fd)

@@ -299,7 +299,9 @@ class LedgerWriter:
         # and start with a plain file (extended ahead later). One being filled is nearly done.
         spare_path = None if spare is None or spare.cancel() else _result_or_none(spare)
         path = self._directory / segment_file_name(ledger_id)
-        segment = Segment.create(self._layer, path, ledger_id, spare_path)
+        segment = Segment.create(
+            self._layer, path, ledger_id, spare_path, direct_io=self._config.direct_io
+        )
         self._table.add(segment)
         self._active = segment
         with self._lock or first_lock(self, "_lock"):

@@ -72,6 +72,7 @@ def ledger_config_from(config: BrokerConfig) -> LedgerConfig:
         max_size_per_ledger_bytes=config.managed_ledger_max_size_per_ledger_mbytes * 1024 * 1024,
         cache_size_bytes=config.managed_ledger_cache_size_mb * 1024 * 1024,
         sync_data=config.journal_sync_data,
+        direct_io=config.db_storage_direct_io_entry_logger,
         retention_time_minutes=config.default_retention_time_in_minutes,
         retention_size_mb=config.default_retention_size_in_mb,
         max_batch_deleted_index_to_persist=config.managed_ledger_max_batch_deleted_index_to_persist,

@@ -54,7 +54,8 @@ def test_load_without_a_file_gives_the_defaults() -> None:
 def test_every_attribute_is_the_snake_case_of_its_key() -> None:
     for field, key in zip(dataclasses.fields(BrokerConfig), config_keys(), strict=True):
         assert field.name == field.name.lower()
-        assert field.name.replace("_", "") == key.lower(), key
+        # BookKeeper spells some keys with an underscore (dbStorage_...).
+        assert field.name.replace("_", "") == key.lower().replace("_", ""), key
 
 
 def test_derived_values() -> None:
