@@ -146,7 +146,7 @@ class BrokerConfig:
     )
     managed_ledger_cache_size_mb: int = _setting("managedLedgerCacheSizeMB", 64, minimum=0)
     journal_sync_data: bool = _setting("journalSyncData", True)
-    db_storage_direct_io_entry_logger: bool = _setting("dbStorage_directIOEntryLogger", False)
+    db_storage_direct_io_entry_logger: bool = _setting("dbStorage_directIOEntryLogger", True)
     journal_max_group_wait_msec: float = _setting("journalMaxGroupWaitMSec", 0.0, minimum=0)
     journal_max_group_size_bytes: int = _setting("journalMaxGroupSizeBytes", 4_194_304, minimum=1)
     managed_ledger_cursor_persist_interval_ms: int = _setting(

@@ -44,9 +44,9 @@ class LedgerConfig:
     max_unacked_ranges_to_persist: int = 10_000
     max_batch_deleted_index_to_persist: int = 10_000
     verify_sealed_on_open: bool = True
-    #: BookKeeper's ``dbStorage_directIOEntryLogger``: large flushes bypass the page cache
-    #: (``broker.storage.direct_io``).
-    direct_io: bool = False
+    #: BookKeeper's ``dbStorage_directIOEntryLogger`` (off there, on here: P1 of issue #26):
+    #: large flushes bypass the page cache (``broker.storage.direct_io``).
+    direct_io: bool = True
     #: Cluster mode: the ownership epoch of the broker opening the ledger. It names the
     #: metadata file this owner writes (``ledger.meta.<epoch>``; see ``metadata``), so a paused
     #: former owner's late rewrite of its own file can never replace the new owner's. None

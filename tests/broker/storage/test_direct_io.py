@@ -24,10 +24,13 @@ from tests.broker.storage.faults import (
 BEFORE_EVERYTHING = Position(0, -1)
 
 
-@pytest.fixture(autouse=True)
-def every_flush_direct(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The threshold at one block, so small test flushes take both paths."""
+@pytest.fixture(autouse=True, params=["chunked", "whole"])
+def every_flush_direct(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The threshold at one block, so small test flushes take both paths; chunks of three
+    blocks, so most flushes are written in several (or the default 4 MiB: in one)."""
     monkeypatch.setattr(DirectWriter, "min_bytes", BLOCK)
+    if request.param == "chunked":
+        monkeypatch.setattr(direct_io, "CHUNK_BYTES", 3 * BLOCK)
 
 
 class CountingDirect(NoSyncLayer):
@@ -40,11 +43,13 @@ class CountingDirect(NoSyncLayer):
         self.fail_next = fail_next
         self.refuse = refuse
         self.opens_refused = 0
+        self.open_flags: list[int] = []
 
     def open(self, path: Path, flags: int, mode: int = 0o644) -> int:
         if flags & os.O_DIRECT and self.refuse:
             self.opens_refused += 1
             raise OSError(errno.EINVAL, "no O_DIRECT here", str(path))
+        self.open_flags.append(flags)
         fd = super().open(path, flags, mode)
         if flags & os.O_DIRECT:
             self.direct_fds.add(fd)
@@ -145,14 +150,14 @@ def test_without_o_direct_the_page_cache_is_used_and_said_once(
     assert sum("no O_DIRECT" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_off_by_default_no_o_direct_descriptor_is_opened(tmp_path: Path) -> None:
+def test_switched_off_no_o_direct_descriptor_is_opened(tmp_path: Path) -> None:
     layer = CountingDirect()
     config = _config(direct_io=False)
     ledger = Ledger.open(tmp_path / "t", config, file_layer=layer, preallocator=InlineExecutor())
     _workload(ledger, random.Random(5), 20)
     ledger.close()
     assert layer.direct_writes == 0
-    assert LedgerConfig().direct_io is False
+    assert not any(flags & os.O_DIRECT for flags in layer.open_flags)
 
 
 @pytest.mark.parametrize("seed", range(60))
