@@ -49,6 +49,7 @@ def _extensions() -> list[Extension]:
         depends=[
             "protocol/_crc32c.h",
             "protocol/_wire.pxi",
+            "protocol/_frame_decoder.pxi",
             "protocol/_metadata.pxi",
             "protocol/_message.pxi",
             "protocol/_batch_builder.pxi",

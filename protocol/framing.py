@@ -196,6 +196,16 @@ class PyFrameDecoder:
         self._compact()
         self._buffer += data
 
+    def entry_window(self) -> memoryview | None:
+        """Where the socket may write the rest of a large SEND being assembled, so its bytes
+        arrive without a copy (the compiled decoder assembles large SENDs; this reference
+        buffers every frame whole, so it never has one: None)."""
+        return None
+
+    def entry_received(self, count: int) -> None:
+        """``count`` bytes were written into the last ``entry_window``; never one here."""
+        raise ValueError("no entry window was given")
+
     def __iter__(self) -> Iterator[Frame]:
         return self
 

@@ -105,6 +105,75 @@ def test_sends_assembled_in_place_decode_as_the_reference(
     assert outcomes(assembling, chunks, _speedups.of_send) == reference
 
 
+class WindowReads:
+    """A decoder read as the broker's connection reads a socket: the bytes of a SEND being
+    assembled are written into ``entry_window`` (no copy), the rest is fed."""
+
+    def __init__(self, decoder: Any) -> None:
+        self.decoder = decoder
+        self.window_bytes = 0
+
+    def feed(self, chunk: bytes) -> None:
+        window = self.decoder.entry_window()
+        if window is not None:
+            taken = min(len(window), len(chunk))
+            window[:taken] = chunk[:taken]
+            self.decoder.entry_received(taken)
+            self.window_bytes += taken
+            chunk = chunk[taken:]
+        if chunk:
+            self.decoder.feed(chunk)
+
+    def __iter__(self) -> Any:
+        return iter(self.decoder)
+
+    @property
+    def buffered(self) -> int:
+        return int(self.decoder.buffered)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(), st.integers(0, 80))
+def test_sends_read_into_their_entry_window_decode_as_the_reference(
+    stream: tuple[list[bytes], int], assemble_over: int
+) -> None:
+    """The socket writing straight into a large SEND's entry (``entry_window``): the same
+    frames, errors and buffered counts as the reference fed every byte."""
+    chunks, limit = stream
+    reference = outcomes(PyFrameDecoder(limit), chunks, py_of_send)
+    reads = WindowReads(_speedups.FrameDecoder(limit, assemble_over=assemble_over))
+    assert outcomes(reads, chunks, _speedups.of_send) == reference
+
+
+def test_a_large_send_read_through_its_window_is_not_copied_by_the_decoder() -> None:
+    entry = b"\x00\x00\x00\x02\x0a\x00" + bytes(range(256)) * 800  # 200 KB
+    data = commands.send(3, 9, entry) + commands.ping()
+    reads = WindowReads(_speedups.FrameDecoder())
+    decoded = []
+    for start in range(0, len(data), 7001):
+        reads.feed(data[start : start + 7001])
+        decoded.extend(reads)
+    assert [f.type for f in decoded] == [pb.BaseCommand.SEND, pb.BaseCommand.PING]
+    assert decoded[0].entry == entry
+    assert decoded[0].checksum_valid
+    assert reads.window_bytes > len(entry) - 2 * 7001  # all but the first read's share
+    assert reads.decoder.entry_window() is None
+
+
+def test_entry_received_refuses_more_than_the_window() -> None:
+    decoder = _speedups.FrameDecoder()
+    with pytest.raises(ValueError, match="do not fit"):
+        decoder.entry_received(1)  # no SEND being assembled
+    data = commands.send(3, 9, b"\x00\x00\x00\x02\x0a\x00" + bytes(100_000))
+    decoder.feed(data[:1000])
+    assert list(decoder) == []
+    window = decoder.entry_window()
+    assert window is not None
+    with pytest.raises(ValueError, match="do not fit"):
+        decoder.entry_received(len(window) + 1)
+    assert PyFrameDecoder().entry_window() is None  # the reference never assembles
+
+
 @pytest.mark.parametrize("checksum", [True, False])
 def test_a_large_send_in_many_reads_is_one_copy_of_its_entry(checksum: bool) -> None:
     entry = b"\x00\x00\x00\x02\x0a\x00" + bytes(range(256)) * 800  # 200 KB

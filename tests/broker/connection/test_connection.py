@@ -14,10 +14,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from broker.connection.core import ServerConnection
+from broker.connection.core import INBOX_BYTES, ServerConnection
 from broker.service import BrokerService
 from broker.storage.files import FileLayer
 from protocol import FrameDecoder, commands, pb
+from protocol._accel import speedups
 from protocol.metadata import encode_entry
 from tests.helpers import broker_config
 
@@ -141,5 +142,54 @@ async def test_duplicate_receipt_waits_for_earlier_pending(tmp_path: Path) -> No
     receipts = [f.command.send_receipt for f in transport.frames() if f.type == T.SEND_RECEIPT]
     assert [r.sequence_id for r in receipts] == [0, 1, 0]
     assert receipts[2].message_id.entryId == 2**64 - 1  # duplicate: -1:-1
+    connection.connection_lost(None)
+    await service.close_topics()
+
+
+def _read_in(connection: ServerConnection, data: bytes, read_size: int) -> list[int]:
+    """Deliver ``data`` as a buffered transport does (``get_buffer``, write, ``buffer_updated``),
+    at most ``read_size`` bytes a read; returns the size of each buffer offered."""
+    offered = []
+    view = memoryview(data)
+    while view:
+        buffer = connection.get_buffer(-1)
+        offered.append(len(buffer))
+        taken = min(len(buffer), read_size, len(view))
+        buffer[:taken] = view[:taken]
+        connection.buffer_updated(taken)
+        view = view[taken:]
+    return offered
+
+
+async def test_a_large_send_is_read_straight_into_its_entry(tmp_path: Path) -> None:
+    """Past its head, a batch-sized SEND's bytes go from the transport into the entry (the
+    decoder's window), and what is stored is byte for byte what was sent."""
+    service = BrokerService(broker_config(tmp_path / "data"))
+    transport = FakeTransport()
+    connection = ServerConnection(service)
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    topic = "persistent://public/default/windowed"
+    _read_in(
+        connection,
+        commands.connect("test", protocol_version=20)
+        + commands.producer(topic, 1, 1, producer_name="p"),
+        1000,
+    )
+    await _until(lambda: any(f.type == T.PRODUCER_SUCCESS for f in transport.frames()))
+    meta = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
+    entries = [encode_entry(meta, bytes(range(256)) * 1200)]  # ~300 KB
+    meta.sequence_id = 1
+    entries.append(encode_entry(meta, b"small"))
+    data = commands.send(1, 0, entries[0]) + commands.send(1, 1, entries[1])
+    offered = _read_in(connection, data, 50_000)
+    windows = [size for size in offered if size != INBOX_BYTES]  # the rest of the entry
+    if speedups() is None:  # the reference decoder buffers every frame whole
+        assert windows == []
+    else:
+        assert len(entries[0]) - 50_000 < windows[0] < len(entries[0]) - 49_900
+        assert windows == list(range(windows[0], 0, -50_000))
+    await _until(lambda: len([f for f in transport.frames() if f.type == T.SEND_RECEIPT]) == 2)
+    stored = service.topics[topic].ledger
+    assert [data for _, data in stored.iter_entries(stored.before_first_position())] == entries
     connection.connection_lost(None)
     await service.close_topics()
