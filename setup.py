@@ -63,6 +63,7 @@ def _extensions() -> list[Extension]:
             "protocol/_records.pxi",
             "protocol/_send_path.pxi",
             "protocol/_split_batch.pxi",
+            "protocol/_idem_window.pxi",
         ],
     )
     return cythonize([speedups], compiler_directives={"language_level": "3"}, quiet=True)

@@ -2,6 +2,8 @@
 # _keys.pxi, whose _le64 and digest size it uses). broker/publish/idempotency_table.py is the
 # reference: PyKeyTable.
 
+from cpython.mem cimport PyMem_Realloc
+
 cdef extern from "Python.h":
     object _PyLong_FromByteArray(const unsigned char *data, size_t n, int little_endian,
                                  int is_signed)
@@ -11,8 +13,26 @@ cdef const char *_HEX = b"0123456789abcdef"
 
 DEF _NO_LEDGER = -1
 DEF _DEAD_LEDGER = -2
-DEF _EMPTY = 0xFFFFFFFF
-DEF _CELL_MOD = 0xFFFFFFFF
+# Typed C constants, not DEFs: Cython types a DEF of 0xFFFFFFFF (above a C int) as a Python
+# int, which turned every index probe and `seq % _CELL_MOD` into Python arithmetic (an object
+# allocated per comparison: half the table's time, issue #26 item 6).
+cdef extern from *:
+    """
+    #define MAGNETAR_KEY_CELL_EMPTY ((uint32_t)0xFFFFFFFFu)
+    #define MAGNETAR_KEY_CELL_MOD ((uint64_t)0xFFFFFFFFu)
+    """
+    const uint32_t _EMPTY "MAGNETAR_KEY_CELL_EMPTY"
+    const uint64_t _CELL_MOD "MAGNETAR_KEY_CELL_MOD"
+
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define magnetar_prefetch(address) __builtin_prefetch((const void *)(address))
+    #else
+    #define magnetar_prefetch(address) ((void)(address))
+    #endif
+    """
+    void magnetar_prefetch(const void *address) noexcept nogil
 DEF _MIN_CAPACITY = 16
 
 
@@ -35,7 +55,10 @@ cdef class KeyTable:
     cdef int64_t *_ledgers
     cdef int64_t *_entries
     cdef int32_t *_batch
-    cdef uint32_t *_cells
+    # Index cells: the low 32 bits of the digest's first word (its home, and a filter) above
+    # ``seq mod _CELL_MOD``; a probe reads the ring only when those 32 bits match, and a
+    # deletion's backward shift never does (the ring is a cache miss away: issue #26 item 6).
+    cdef uint64_t *_cells
     cdef Py_ssize_t _capacity
     cdef Py_ssize_t _ncells
     cdef int64_t _head
@@ -64,6 +87,8 @@ cdef class KeyTable:
 
     cdef int _allocate_ring(self, Py_ssize_t capacity) except -1:
         """New ring arrays of ``capacity`` slots holding the live range, oldest first."""
+        if self._tail <= self._capacity and self._tail <= capacity:
+            return self._reallocate_ring(capacity)
         cdef uint8_t *digests = <uint8_t *>PyMem_Malloc(capacity * _DIGEST)
         cdef double *stamps = <double *>PyMem_Malloc(capacity * sizeof(double))
         cdef int64_t *ledgers = <int64_t *>PyMem_Malloc(capacity * sizeof(int64_t))
@@ -99,12 +124,39 @@ cdef class KeyTable:
         self._capacity = capacity
         return 0
 
+    cdef int _reallocate_ring(self, Py_ssize_t capacity) except -1:
+        """`_allocate_ring` when every live slot keeps its place (``seq < capacity`` before and
+        after: a window that has only grown so far): the arrays are resized in place, which
+        for large ones moves pages instead of copying and faulting them in again."""
+        cdef void *grown = PyMem_Realloc(self._digests, capacity * _DIGEST)
+        if grown == NULL:
+            raise MemoryError()  # the arrays resized so far are only larger: still valid
+        self._digests = <uint8_t *>grown
+        grown = PyMem_Realloc(self._stamps, capacity * sizeof(double))
+        if grown == NULL:
+            raise MemoryError()
+        self._stamps = <double *>grown
+        grown = PyMem_Realloc(self._ledgers, capacity * sizeof(int64_t))
+        if grown == NULL:
+            raise MemoryError()
+        self._ledgers = <int64_t *>grown
+        grown = PyMem_Realloc(self._entries, capacity * sizeof(int64_t))
+        if grown == NULL:
+            raise MemoryError()
+        self._entries = <int64_t *>grown
+        grown = PyMem_Realloc(self._batch, capacity * sizeof(int32_t))
+        if grown == NULL:
+            raise MemoryError()
+        self._batch = <int32_t *>grown
+        self._capacity = capacity
+        return 0
+
     cdef int _allocate_cells(self, Py_ssize_t ncells) except -1:
-        cdef uint32_t *cells = <uint32_t *>PyMem_Malloc(ncells * sizeof(uint32_t))
+        cdef uint64_t *cells = <uint64_t *>PyMem_Malloc(ncells * sizeof(uint64_t))
         cdef int64_t seq
         if not cells:
             raise MemoryError()
-        memset(cells, 0xFF, ncells * sizeof(uint32_t))
+        memset(cells, 0xFF, ncells * sizeof(uint64_t))  # every cell empty
         PyMem_Free(self._cells)
         self._cells = cells
         self._ncells = ncells
@@ -120,45 +172,59 @@ cdef class KeyTable:
         cdef uint64_t head_mod = <uint64_t>self._head % _CELL_MOD
         return self._head + <int64_t>((<uint64_t>value + _CELL_MOD - head_mod) % _CELL_MOD)
 
+    cdef inline void _prefetch(self, const uint8_t *digest) noexcept:
+        """Start loading ``digest``'s home cell (the lookup's likely cache miss) so that it
+        overlaps work done before `_reserve_raw` (the key gate reads the clock meanwhile)."""
+        magnetar_prefetch(&self._cells[self._home(digest)])
+
     cdef inline Py_ssize_t _home(self, const uint8_t *digest) noexcept:
         return <Py_ssize_t>(_le64(digest) & <uint64_t>(self._ncells - 1))
 
+    @staticmethod
+    cdef inline uint64_t _tag(const uint8_t *digest) noexcept:
+        """The cell's upper half for ``digest`` (its home is these bits under the mask: the
+        index never has 2**32 cells)."""
+        return (_le64(digest) & 0xFFFFFFFFULL) << 32
+
     cdef int64_t _find(self, const uint8_t *digest) noexcept:
         cdef Py_ssize_t cell = self._home(digest), mask = self._ncells - 1
-        cdef uint32_t value
+        cdef uint64_t value, tag = KeyTable._tag(digest)
         cdef int64_t seq
         while True:
             value = self._cells[cell]
-            if value == _EMPTY:
+            if <uint32_t>value == _EMPTY:
                 return -1
-            seq = self._seq_of(value)
-            if memcmp(self._digest_at(seq), digest, _DIGEST) == 0:
-                return seq
+            if (value & 0xFFFFFFFF00000000ULL) == tag:
+                seq = self._seq_of(<uint32_t>value)
+                if memcmp(self._digest_at(seq), digest, _DIGEST) == 0:
+                    return seq
             cell = (cell + 1) & mask
 
     cdef void _insert(self, int64_t seq) noexcept:
-        cdef Py_ssize_t cell = self._home(self._digest_at(seq)), mask = self._ncells - 1
-        while self._cells[cell] != _EMPTY:
+        cdef const uint8_t *digest = self._digest_at(seq)
+        cdef Py_ssize_t cell = self._home(digest), mask = self._ncells - 1
+        while <uint32_t>self._cells[cell] != _EMPTY:
             cell = (cell + 1) & mask
-        self._cells[cell] = <uint32_t>(<uint64_t>seq % _CELL_MOD)
+        self._cells[cell] = KeyTable._tag(digest) | (<uint64_t>seq % _CELL_MOD)
 
     cdef void _delete(self, int64_t seq) noexcept:
-        cdef Py_ssize_t cell = self._home(self._digest_at(seq)), mask = self._ncells - 1
+        cdef const uint8_t *digest = self._digest_at(seq)
+        cdef Py_ssize_t cell = self._home(digest), mask = self._ncells - 1
         cdef Py_ssize_t hole, home
-        cdef uint32_t target = <uint32_t>(<uint64_t>seq % _CELL_MOD), value
+        cdef uint64_t target = KeyTable._tag(digest) | (<uint64_t>seq % _CELL_MOD), value
         while self._cells[cell] != target:
             cell = (cell + 1) & mask
         hole = cell
         while True:
             cell = (cell + 1) & mask
             value = self._cells[cell]
-            if value == _EMPTY:
+            if <uint32_t>value == _EMPTY:
                 break
-            home = self._home(self._digest_at(self._seq_of(value)))
+            home = <Py_ssize_t>((value >> 32) & <uint64_t>mask)
             if ((cell - home) & mask) >= ((cell - hole) & mask):
                 self._cells[hole] = value
                 hole = cell
-        self._cells[hole] = _EMPTY
+        self._cells[hole] = 0xFFFFFFFFFFFFFFFFULL
 
     cdef inline bint _valid(self, int64_t seq) noexcept:
         return self._head <= seq < self._tail
@@ -262,6 +328,9 @@ cdef class KeyTable:
         return self._add(digest, stamp)
 
     cdef int64_t _add(self, bytes digest, double stamp) except -1:
+        return self._add_raw(<const uint8_t *>PyBytes_AS_STRING(digest), stamp)
+
+    cdef int64_t _add_raw(self, const uint8_t *digest, double stamp) except -1:
         cdef int64_t seq
         cdef Py_ssize_t at
         if self._tail - self._head == self._capacity:
@@ -271,7 +340,7 @@ cdef class KeyTable:
         seq = self._tail
         self._tail += 1
         at = seq % self._capacity
-        memcpy(self._digests + at * _DIGEST, PyBytes_AS_STRING(digest), _DIGEST)
+        memcpy(self._digests + at * _DIGEST, digest, _DIGEST)
         self._stamps[at] = stamp
         self._ledgers[at] = _NO_LEDGER
         self._entries[at] = 0
@@ -361,16 +430,22 @@ cdef class KeyTable:
     def reserve(self, bytes digest not None, double now, double seconds, Py_ssize_t max_keys):
         """PyKeyTable.reserve: expire, evict, find and add in one call (the new slot, or
         ``-1 - seq`` of the live slot holding ``digest``)."""
-        cdef int64_t found
         if PyBytes_GET_SIZE(digest) != _DIGEST:
             raise ValueError(f"a key digest has {_DIGEST} bytes, not {len(digest)}")
+        return self._reserve_raw(<const uint8_t *>PyBytes_AS_STRING(digest), now, seconds,
+                                 max_keys)
+
+    cdef int64_t _reserve_raw(self, const uint8_t *digest, double now, double seconds,
+                              Py_ssize_t max_keys) except? -1:
+        """`reserve` of the 16 bytes at ``digest`` (the key gate's call, no bytes object)."""
+        cdef int64_t found
         self._expire_older(now, seconds)
         if self.durable > max_keys:
             self._evict_over(max_keys)
-        found = self._find(<const uint8_t *>PyBytes_AS_STRING(digest))
+        found = self._find(digest)
         if found >= 0:
             return -1 - found
-        return self._add(digest, now)
+        return self._add_raw(digest, now)
 
     def clear_durable(self):
         for seq in self.durable_slots():

@@ -32,18 +32,6 @@ cdef uint64_t[8] _B2_IV = [
     0x6A09E667F3BCC908ULL, 0xBB67AE8584CAA73BULL, 0x3C6EF372FE94F82BULL, 0xA54FF53A5F1D36F1ULL,
     0x510E527FADE682D1ULL, 0x9B05688C2B3E6C1FULL, 0x1F83D9ABFB41BD6BULL, 0x5BE0CD19137E2179ULL,
 ]
-cdef uint8_t[160] _B2_SIGMA = [
-    0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-    14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3,
-    11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4,
-    7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8,
-    9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13,
-    2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9,
-    12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11,
-    13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10,
-    6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5,
-    10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0,
-]
 
 DEF _DIGEST = 16
 
@@ -54,47 +42,73 @@ cdef inline uint64_t _le64(const uint8_t *p) noexcept nogil:
             | (<uint64_t>p[6] << 48) | (<uint64_t>p[7] << 56))
 
 
-cdef inline uint64_t _rotr(uint64_t x, int n) noexcept nogil:
-    return (x >> n) | (x << (64 - n))
+# The compression function in C with every round written out: the message schedule's
+# indexes are constants, so the working vector stays in registers. The loop over the sigma
+# table this replaces cost ~260 ns a key on the SEND path (issue #26, item 6); this is ~2x
+# faster. BLAKE2b as RFC 7693 specifies it (tests compare with hashlib).
+cdef extern from *:
+    """
+    #define MAGNETAR_ROTR64(x, n) (((x) >> (n)) | ((x) << (64 - (n))))
+    #define MAGNETAR_B2_G(a, b, c, d, x, y) do { \
+        a = a + b + (x); d = MAGNETAR_ROTR64(d ^ a, 32); \
+        c = c + d; b = MAGNETAR_ROTR64(b ^ c, 24); \
+        a = a + b + (y); d = MAGNETAR_ROTR64(d ^ a, 16); \
+        c = c + d; b = MAGNETAR_ROTR64(b ^ c, 63); \
+    } while (0)
+    #define MAGNETAR_B2_ROUND(s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, \
+                              s14, s15) do { \
+        MAGNETAR_B2_G(v0, v4, v8, v12, m[s0], m[s1]); \
+        MAGNETAR_B2_G(v1, v5, v9, v13, m[s2], m[s3]); \
+        MAGNETAR_B2_G(v2, v6, v10, v14, m[s4], m[s5]); \
+        MAGNETAR_B2_G(v3, v7, v11, v15, m[s6], m[s7]); \
+        MAGNETAR_B2_G(v0, v5, v10, v15, m[s8], m[s9]); \
+        MAGNETAR_B2_G(v1, v6, v11, v12, m[s10], m[s11]); \
+        MAGNETAR_B2_G(v2, v7, v8, v13, m[s12], m[s13]); \
+        MAGNETAR_B2_G(v3, v4, v9, v14, m[s14], m[s15]); \
+    } while (0)
 
+    static const uint64_t magnetar_b2_iv[8] = {
+        0x6A09E667F3BCC908ULL, 0xBB67AE8584CAA73BULL, 0x3C6EF372FE94F82BULL,
+        0xA54FF53A5F1D36F1ULL, 0x510E527FADE682D1ULL, 0x9B05688C2B3E6C1FULL,
+        0x1F83D9ABFB41BD6BULL, 0x5BE0CD19137E2179ULL,
+    };
 
-cdef inline void _b2_g(uint64_t *v, int a, int b, int c, int d, uint64_t x,
-                       uint64_t y) noexcept nogil:
-    v[a] = v[a] + v[b] + x
-    v[d] = _rotr(v[d] ^ v[a], 32)
-    v[c] = v[c] + v[d]
-    v[b] = _rotr(v[b] ^ v[c], 24)
-    v[a] = v[a] + v[b] + y
-    v[d] = _rotr(v[d] ^ v[a], 16)
-    v[c] = v[c] + v[d]
-    v[b] = _rotr(v[b] ^ v[c], 63)
-
-
-cdef void _b2_compress(uint64_t *h, const uint8_t *block, uint64_t t, bint last) noexcept nogil:
-    cdef uint64_t v[16]
-    cdef uint64_t m[16]
-    cdef const uint8_t *s
-    cdef int i, r
-    for i in range(16):
-        m[i] = _le64(block + 8 * i)
-    for i in range(8):
-        v[i] = h[i]
-        v[i + 8] = _B2_IV[i]
-    v[12] ^= t  # the byte counter's high word stays 0: inputs are far below 2**64 bytes
-    if last:
-        v[14] = ~v[14]
-    for r in range(12):
-        s = &_B2_SIGMA[(r % 10) * 16]
-        _b2_g(v, 0, 4, 8, 12, m[s[0]], m[s[1]])
-        _b2_g(v, 1, 5, 9, 13, m[s[2]], m[s[3]])
-        _b2_g(v, 2, 6, 10, 14, m[s[4]], m[s[5]])
-        _b2_g(v, 3, 7, 11, 15, m[s[6]], m[s[7]])
-        _b2_g(v, 0, 5, 10, 15, m[s[8]], m[s[9]])
-        _b2_g(v, 1, 6, 11, 12, m[s[10]], m[s[11]])
-        _b2_g(v, 2, 7, 8, 13, m[s[12]], m[s[13]])
-        _b2_g(v, 3, 4, 9, 14, m[s[14]], m[s[15]])
-    for i in range(8):
-        h[i] ^= v[i] ^ v[i + 8]
+    static void magnetar_b2_compress(uint64_t *h, const uint8_t *block, uint64_t t,
+                                     int last) {
+        uint64_t m[16];
+        int i;
+        for (i = 0; i < 16; i++) {
+            const uint8_t *p = block + 8 * i;
+            m[i] = (uint64_t)p[0] | ((uint64_t)p[1] << 8) | ((uint64_t)p[2] << 16)
+                | ((uint64_t)p[3] << 24) | ((uint64_t)p[4] << 32) | ((uint64_t)p[5] << 40)
+                | ((uint64_t)p[6] << 48) | ((uint64_t)p[7] << 56);
+        }
+        uint64_t v0 = h[0], v1 = h[1], v2 = h[2], v3 = h[3];
+        uint64_t v4 = h[4], v5 = h[5], v6 = h[6], v7 = h[7];
+        uint64_t v8 = magnetar_b2_iv[0], v9 = magnetar_b2_iv[1];
+        uint64_t v10 = magnetar_b2_iv[2], v11 = magnetar_b2_iv[3];
+        uint64_t v12 = magnetar_b2_iv[4] ^ t, v13 = magnetar_b2_iv[5];
+        uint64_t v14 = last ? ~magnetar_b2_iv[6] : magnetar_b2_iv[6];
+        uint64_t v15 = magnetar_b2_iv[7];
+        MAGNETAR_B2_ROUND(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        MAGNETAR_B2_ROUND(14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3);
+        MAGNETAR_B2_ROUND(11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4);
+        MAGNETAR_B2_ROUND(7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8);
+        MAGNETAR_B2_ROUND(9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13);
+        MAGNETAR_B2_ROUND(2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9);
+        MAGNETAR_B2_ROUND(12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11);
+        MAGNETAR_B2_ROUND(13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10);
+        MAGNETAR_B2_ROUND(6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5);
+        MAGNETAR_B2_ROUND(10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0);
+        MAGNETAR_B2_ROUND(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        MAGNETAR_B2_ROUND(14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3);
+        h[0] ^= v0 ^ v8; h[1] ^= v1 ^ v9; h[2] ^= v2 ^ v10; h[3] ^= v3 ^ v11;
+        h[4] ^= v4 ^ v12; h[5] ^= v5 ^ v13; h[6] ^= v6 ^ v14; h[7] ^= v7 ^ v15;
+    }
+    """
+    # The byte counter's high word stays 0: inputs are far below 2**64 bytes.
+    void _b2_compress "magnetar_b2_compress" (uint64_t *h, const uint8_t *block, uint64_t t,
+                                              bint last) noexcept nogil
 
 
 cdef void _blake2b_128(const uint8_t *data, Py_ssize_t size, uint8_t *out) noexcept nogil:
@@ -110,8 +124,8 @@ cdef void _blake2b_128(const uint8_t *data, Py_ssize_t size, uint8_t *out) noexc
         _b2_compress(h, data, t, False)
         data += 128
         size -= 128
-    memset(last, 0, 128)
     memcpy(last, data, size)
+    memset(last + size, 0, 128 - size)  # only the padding
     t += size
     _b2_compress(h, last, t, True)
     for i in range(_DIGEST):

@@ -47,7 +47,7 @@ replay and that case.
 
 Storage (issue #26): the window keeps each key as its BLAKE2b-128 digest
 (`protocol.idempotency_scan.key_digest`) in `broker.publish.idempotency_table.KeyTable`, about
-52-82 B per key. Collision rule: two different keys with one digest would make the second a
+60-98 B per key. Collision rule: two different keys with one digest would make the second a
 "duplicate" of the first and drop it. For keys that are not chosen to collide, the probability
 over a window of n keys is at most n**2 / 2**129 (about 1.5e-27 for a million keys); BLAKE2b is a
 cryptographic hash, so finding two keys that collide on purpose takes about 2**64 hash
@@ -65,11 +65,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from broker.publish.idempotency_gate import KeyGate
 from broker.publish.idempotency_table import (
     DURABLE,
     IN_FLIGHT,
     STAMP_MASK,
-    KeyTable,
     PyKeyTable,
     pack_location,
     stamp_ms,
@@ -155,8 +155,6 @@ class Admission(NamedTuple):
 
 _NEW_KEYLESS = Admission(Verdict.NEW)
 _IN_FLIGHT = Admission(Verdict.IN_FLIGHT)
-#: The table of every window that never held a key; read, never written (`_writable_table`).
-_NO_KEYS = KeyTable()
 
 
 class Ticket:
@@ -177,18 +175,16 @@ class Ticket:
         return ((index, self.first + n) for n, index in enumerate(self.indexes))
 
 
-class IdempotencyWindow:
-    """The window of one topic (partition); see the module docstring."""
+class IdempotencyWindow(KeyGate):
+    """The window of one topic (partition); see the module docstring. The keyed SEND's step
+    (the table, the clock and the last stamp) is its base, `KeyGate` (compiled, issue #26)."""
 
     # One per loaded topic: slots, not an instance dict (issue #26).
     __slots__ = (
-        "_clock",
         "_config",
         "_entries_since_snapshot",
         "_hidden",
         "_last_persisted_position",
-        "_last_stamp",
-        "_table",
         "checking",
         "duplicates",
         "hidden_messages",
@@ -203,12 +199,9 @@ class IdempotencyWindow:
         self._config = config if config is not None else WindowConfig()
         #: ``config.enabled``, read by the SEND path for every entry (a plain attribute).
         self.checking = self._config.enabled
-        self._clock = clock
-        # Digests in acceptance order, each in flight or durable (module docstring, "Storage").
-        # The shared empty table until the first key (`_writable_table`): a table costs ~1 KiB
-        # empty, and most loaded topics never see a key (issue #26).
-        self._table = _NO_KEYS
-        self._last_stamp = 0.0
+        # Digests in acceptance order, each in flight or durable (module docstring, "Storage"),
+        # in the gate's table (the shared empty one until the first key).
+        self._init_gate(clock, self._config.window_seconds, self._config.max_keys)
         #: position -> bitmask of hidden batch indexes (kept until the entry is trimmed); None
         #: until the first one (rare: a duplicate key inside a batch).
         self._hidden: dict[Position, int] | None = None
@@ -231,6 +224,8 @@ class IdempotencyWindow:
         """New policy values; a disabled window forgets its keys (not the hidden indexes)."""
         self._config = config
         self.checking = config.enabled
+        self._seconds = config.window_seconds
+        self._max_keys = config.max_keys
         if not config.enabled:
             self._table.clear_durable()
         else:
@@ -281,26 +276,21 @@ class IdempotencyWindow:
         return Admission(Verdict.DUPLICATE, self._position(found))
 
     def reserve_one(self, digest: bytes) -> int | Position | None:
-        """`check_one` and `admit` in one step, the SEND path's case (one message, one key;
-        the window is enabled): the answer costs one call into the table (issue #26).
+        """`check_one` and `admit` in one step, for one message with one key (the window is
+        enabled): `reserve_key`, then `found_answer` when the key is live.
 
         Returns the ticket of a new key (its slot, in flight from now on: settle it with
         `on_persisted` or `on_write_failed` like any ticket); the position of the original
         for a duplicate; None while the key is in flight.
         """
-        config = self._config
-        now = self._clock()
-        if now < self._last_stamp:  # stamps never go backwards (see `_now`)
-            now = self._last_stamp
-        self._last_stamp = now
-        table = self._table
-        if table is _NO_KEYS:
-            table = self._writable_table()
-        slot: int = table.reserve(digest, now, config.window_seconds, config.max_keys)
-        if slot >= 0:
-            return slot
-        found = -1 - slot
-        if table.state(found) != DURABLE:
+        slot = self.reserve_key(digest)
+        return slot if slot >= 0 else self.found_answer(slot)
+
+    def found_answer(self, reserved: int) -> Position | None:
+        """The answer to a key `reserve_key` (or ``reserve_entry``) found live, ``reserved ==
+        -1 - seq``: the position of its durable original, or None while it is in flight."""
+        found = -1 - reserved
+        if self._table.state(found) != DURABLE:
             self.in_flight_answers += 1
             return None
         self.duplicates += 1
@@ -340,13 +330,6 @@ class IdempotencyWindow:
         if not new_keys and not hidden:
             return _NEW_KEYLESS
         return Admission(Verdict.NEW, None, tuple(new_keys), tuple(new_indexes), hidden)
-
-    def _writable_table(self) -> PyKeyTable:
-        """The window's own table, made on first use (it replaces the shared empty one, which
-        is only ever read: finding nothing, expiring and evicting nothing)."""
-        if self._table is _NO_KEYS:
-            self._table = KeyTable()
-        return self._table
 
     def _position(self, found: int) -> Position:
         ledger_id, entry_id, _index = self._table.location(found)

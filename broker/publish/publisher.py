@@ -83,7 +83,6 @@ from broker.publish.write_barrier import WriteBarrier
 from broker.storage import Ledger, Position, StorageError
 from broker.topics.stats import TopicStats
 from protocol.enums import InitialPosition
-from protocol.idempotency_scan import quick_key
 from protocol.metadata import ChunkInfo
 from protocol.topic_name import TopicName
 
@@ -228,16 +227,16 @@ class Publisher:
         if producer in self._failed_producers:
             raise PersistenceError("An earlier message of this producer failed to persist")
         # Issue #16: keys first, so a duplicate is answered with its original's position. The
-        # keyless case (nearly every entry) costs one compiled scan and no call into the window.
+        # keyless case (nearly every entry) and a single message's key each cost one compiled
+        # call (the window's `KeyGate.reserve_entry`: scan, digest, clock and table).
         ticket: Ticket | int | None = None
         window = self.idempotency
         if window is not None and window.checking and chunk is None:
-            quick = quick_key(entry, MAX_KEYED_HEADER_BYTES, MAX_KEYED_PROPERTIES)
-            if type(quick) is bytes:  # one message, one key: the window decides in one call
-                answer = window.reserve_one(quick)
-                if not isinstance(answer, int):
-                    return _key_answer(answer)
-                ticket = answer
+            quick = window.reserve_entry(entry, MAX_KEYED_HEADER_BYTES, MAX_KEYED_PROPERTIES)
+            if type(quick) is int:  # one message, one key: its slot, or the live one's
+                if quick < 0:  # a duplicate, or a key still being written
+                    return _key_answer(window.found_answer(quick))
+                ticket = quick
             elif quick is not False:
                 keys = _admit_keys(window, entry)
                 if isinstance(keys, Settled):

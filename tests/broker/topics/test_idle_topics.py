@@ -13,7 +13,6 @@ import os
 import tracemalloc
 from pathlib import Path
 
-from broker.publish import idempotency_window
 from broker.topics.housekeeping import Housekeeping
 from broker.topics.topic import Topic
 from protocol import commands, pb
@@ -72,7 +71,7 @@ def lazy_parts(topic: Topic) -> dict[str, bool]:
     assert window is not None
     return {
         "group commit": topic.publisher._commit is not None,
-        "key table": window._table is not idempotency_window._NO_KEYS,
+        "key table": not window._shared,  # still the shared empty table
         "cursor lock": topic.publisher._cursor_io is not None,
         "producer set": isinstance(topic.producers.producers, set),
     }
