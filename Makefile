@@ -53,7 +53,7 @@ proto: install
 	$(PY) -m protocol._generate
 
 ## bench: the suite of bench/README.md; installs the `bench` extra (pulsar-lite) first
-bench: install
+bench: install etcd
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/run_all.py
 

@@ -1,5 +1,6 @@
 """``make bench``: machine limits, then P1-P8 of issue #17 and issue #26's pulsar-lite
-comparison and topic-scale figures (``scenarios_scale``), as ONE JSON document.
+comparison and topic-scale figures (``scenarios_scale``), idempotency keys and two brokers
+(``scenarios_scripts``), as ONE JSON document.
 
 Writes ``bench/results/latest.json`` (and prints it) and ``bench/results/latency.png`` (P4's
 and P8's publish-latency percentile curves). Each figure is the median of ``--runs`` runs with
@@ -26,7 +27,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench import machine, scenarios, scenarios_scale  # noqa: E402
+from bench import machine, scenarios, scenarios_scale, scenarios_scripts  # noqa: E402
 from bench.pinned_broker import pin_generator  # noqa: E402
 from client.perf.plot import plot_histograms  # noqa: E402
 
@@ -102,6 +103,14 @@ def run_suite(
         document["topics"] = timed("topics", lambda: scenarios_scale.many_topics(root, sizes))
     if wanted("idle"):
         document["idle"] = timed("idle", lambda: scenarios_scale.idle_topics(root, sizes))
+    if wanted("keys"):
+        document["keys"] = timed(
+            "keys", lambda: scenarios_scripts.idempotency_keys(sizes.keys, sizes.key_messages)
+        )
+    if wanted("cluster"):
+        document["cluster"] = timed(
+            "cluster", lambda: scenarios_scripts.two_brokers(sizes.cluster_messages)
+        )
     document["timeline"] = timeline
     document["suite_seconds"] = round(time.perf_counter() - started, 1)
     if histograms:
@@ -131,7 +140,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes: check the suite runs")
     parser.add_argument(
-        "--only", default="", help="comma-separated subset, e.g. P1,P4 (also peer, topics, idle)"
+        "--only",
+        default="",
+        help="comma-separated subset, e.g. P1,P4 (also peer, topics, idle, keys, cluster)",
     )
     parser.add_argument("--data-root", type=Path, default=None, help="where data dirs go")
     parser.add_argument("--output", type=Path, default=RESULTS / "latest.json")

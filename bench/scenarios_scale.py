@@ -51,11 +51,21 @@ class ScaleSizes:
     topic_entries: int = 200_000  # per run, over all the topics (20 each)
     idle_topics: int = 100_000
     idle_seconds: float = 10.0  # idle CPU is measured over this long
+    keys: int = 200_000  # idempotency keys in the window (bench_idempotency.py)
+    key_messages: int = 20_000  # per throughput round
+    cluster_messages: int = 16_000_000  # per ingest run (bench_cluster.py)
 
 
 FULL_SIZES = ScaleSizes()
 QUICK_SIZES = ScaleSizes(
-    peer_messages=5_000, topics=200, topic_entries=10_000, idle_topics=2_000, idle_seconds=2.0
+    peer_messages=5_000,
+    topics=200,
+    topic_entries=10_000,
+    idle_topics=2_000,
+    idle_seconds=2.0,
+    keys=2_000,
+    key_messages=2_000,
+    cluster_messages=200_000,
 )
 
 
