@@ -29,11 +29,12 @@ once. A duplicate receipt (id ``-1:-1``) counts as success.
 * ``write()`` returns only after every receipt (``flush``), which is what lets Spark commit.
 * **Batching** stays exact: the sink cuts the batches itself (``batches``: ``batchingMaxMessages``
   rows, fewer when ``batchingMaxBytes`` would be passed; never on a timer) and hands a batch to
-  the client only when complete. Boundaries are a pure function of the task's row sequence, so a
-  replay forms the same batches and each batch entry is stored whole or dropped whole as a
-  duplicate (the broker's dedup compares a batch's first and last sequence ids). Several
-  complete batches may be in flight at once (``_IN_FLIGHT_BATCHES``): that changes only how
-  many whole batches a failed attempt leaves stored.
+  the client only when complete (consecutive complete batches of one length in one call, which
+  the client cuts at the same places: ``sink_send``). Boundaries are a pure function of the
+  task's row sequence, so a replay forms the same batches and each batch entry is stored whole
+  or dropped whole as a duplicate (the broker's dedup compares a batch's first and last
+  sequence ids). Several complete batches may be in flight at once (``_IN_FLIGHT_BATCHES``):
+  that changes only how many whole batches a failed attempt leaves stored.
 
 **Batch writes** (``df.write``) have no query or batch id: batch id 0 and the ``writeId`` option
 (random per write when unset) stand in; re-running a write with the same ``writeId`` writes
@@ -59,11 +60,11 @@ input order; they stay open across tasks in the worker (``producer_cache``).
 Speed: rows arrive as Arrow record batches, are sorted on their Arrow columns (``row_order``:
 a compiled hash of the value first) and turned into one Python list per column
 (``rows.Columns``); batches are cut by bisection on running byte totals (``batches``) and
-sent whole (``sink_send``). A ``SinkRow`` is built only for a row the replay guard compares.
-``compressionType`` sets the producers' codec. No exactly-once row can be sent before the
-task's last row has arrived (the numbering needs them all), so the producer is created while
-they arrive (``early_producer``) and only the sort's last step stays between the last row in
-and the first batch out.
+sent whole, consecutive batches of one length in one ``send_rows`` call (``sink_send``). A
+``SinkRow`` is built only for a row the replay guard compares. ``compressionType`` sets the
+producers' codec. No exactly-once row can be sent before the task's last row has arrived (the
+numbering needs them all), so the producer is created while they arrive (``early_producer``)
+and only the sort's last step stays between the last row in and the first batch out.
 """
 
 from __future__ import annotations
@@ -496,7 +497,10 @@ class _TaskWriter:
         return index
 
     def flush(self) -> None:
+        """Wait for the receipts of every complete batch (handed over first if still held in
+        a group: ``sink_send``); a batch in progress stays unsent."""
         for opened in self.open.values():
+            opened.send_complete()
             opened.producer.flush()
 
     def close(self, failed: bool) -> None:
