@@ -24,6 +24,7 @@ Starts a real etcd (``make etcd`` installs it) and brokers as subprocesses shari
   acknowledgement (goal: <= lease TTL + 1 s).
 
     .venv/bin/python bench/bench_cluster.py [--messages 16000000] [--kills 3] [--bundles 4 16]
+        [--setting KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -321,6 +322,13 @@ def main() -> None:
     parser.add_argument("--warmup-round", type=float, default=5.0, help="seconds per round")
     parser.add_argument("--no-balancing", action="store_true", help="no split, no shedding")
     parser.add_argument("--skip-takeover", action="store_true")
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        help="a broker setting KEY=VALUE for the ingest runs (repeatable), e.g. "
+        "dbStorage_directIOEntryLogger=false",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
         root = Path(tmp)
@@ -330,6 +338,7 @@ def main() -> None:
             "dd_fdatasync_mb_s": round(dd_fdatasync_mb_s(root, 1024), 1),
             "size": args.size,
             "batch": args.batch,
+            "settings": args.setting,
         }
         try:
             # Pulsar's default of 4 bundles per namespace, then a finer split: with 8 partitions
@@ -340,6 +349,7 @@ def main() -> None:
                 for brokers in (1, 2):
                     name = f"ingest-{bundles}-{brokers}"
                     balancing = NO_BALANCING if args.no_balancing else FAST_BALANCING
+                    balancing = (*balancing, *args.setting)
                     cluster = new_cluster(etcd, root, name, brokers, bundles, balancing)
                     warmup = 0.0 if args.no_balancing else args.warmup_round
                     try:
