@@ -79,10 +79,27 @@ class DirectWriter:
 
     def write(self, buffered_fd: int, parts: Sequence[bytes], size: int, end: int) -> bool:
         """Write ``parts`` (``size`` bytes) at ``end``, the durable end; False if this file
-        system cannot (the caller writes through the page cache then)."""
+        system cannot (the caller writes the whole flush through the page cache then)."""
         fd = self._descriptor()
         if fd is None:
             return False
+        try:
+            self._write_aligned(fd, buffered_fd, parts, size, end)
+        except OSError as exc:
+            # Some file systems accept O_DIRECT at open and refuse the I/O itself (EINVAL,
+            # before writing anything): stop using it for this segment rather than failing
+            # every large flush. Other errors are the flush's to report.
+            if exc.errno != errno.EINVAL:
+                raise
+            self.supported = False
+            self.close()
+            _log_unsupported(self._path, "refuses O_DIRECT writes")
+            return False
+        return True
+
+    def _write_aligned(
+        self, fd: int, buffered_fd: int, parts: Sequence[bytes], size: int, end: int
+    ) -> None:
         start = end - end % BLOCK
         head = self._head(buffered_fd, start, end)
         view = memoryview(_thread_buffer())
@@ -109,7 +126,6 @@ class DirectWriter:
             self._tail_end = end + size
         finally:
             view.release()
-        return True
 
     def forget_tail(self) -> None:
         """A write failed: what is on disk past the durable end is unknown; read it back."""
@@ -121,7 +137,6 @@ class DirectWriter:
             self._layer.close(fd)
 
     def _descriptor(self) -> int | None:
-        global _unsupported_logged
         if self._fd is None and self.supported:
             try:
                 self._fd = self._layer.open(self._path, os.O_WRONLY | os.O_DIRECT)  # type: ignore[arg-type]
@@ -129,12 +144,7 @@ class DirectWriter:
                 if exc.errno != errno.EINVAL:
                     raise
                 self.supported = False
-                if not _unsupported_logged:
-                    _unsupported_logged = True
-                    log.info(
-                        "%s: no O_DIRECT on this file system; writing through the page cache",
-                        self._path,
-                    )
+                _log_unsupported(self._path, "has no O_DIRECT")
         return self._fd
 
     def _head(self, buffered_fd: int, start: int, end: int) -> bytes:
@@ -162,3 +172,11 @@ class DirectWriter:
             except BaseException:
                 self.forget_tail()
                 raise
+
+
+def _log_unsupported(path: os.PathLike[str], what: str) -> None:
+    """Say once per process that large flushes go through the page cache after all."""
+    global _unsupported_logged
+    if not _unsupported_logged:
+        _unsupported_logged = True
+        log.info("%s: the file system %s; writing through the page cache", path, what)

@@ -36,12 +36,20 @@ def every_flush_direct(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
 class CountingDirect(NoSyncLayer):
     """Counts writes through O_DIRECT descriptors; optional faults on them."""
 
-    def __init__(self, *, short_by: int = 0, fail_next: int = 0, refuse: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        short_by: int = 0,
+        fail_next: int = 0,
+        refuse: bool = False,
+        refuse_writes: bool = False,
+    ) -> None:
         self.direct_fds: set[int] = set()
         self.direct_writes = 0
         self.short_by = short_by
         self.fail_next = fail_next
         self.refuse = refuse
+        self.refuse_writes = refuse_writes
         self.opens_refused = 0
         self.open_flags: list[int] = []
 
@@ -60,6 +68,8 @@ class CountingDirect(NoSyncLayer):
             assert offset % BLOCK == 0
             assert len(data) % BLOCK == 0
             self.direct_writes += 1
+            if self.refuse_writes:
+                raise OSError(errno.EINVAL, "O_DIRECT open, but no O_DIRECT writes")
             if self.fail_next:
                 self.fail_next -= 1
                 raise OSError(errno.EIO, "injected")
@@ -148,6 +158,26 @@ def test_without_o_direct_the_page_cache_is_used_and_said_once(
     assert layer.direct_writes == 0
     assert layer.opens_refused >= 2  # once per segment
     assert sum("no O_DIRECT" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_file_system_refusing_o_direct_writes_is_written_through_the_page_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Open succeeds, every O_DIRECT write fails with EINVAL (nothing written): no flush
+    fails, each segment tries once, and it is said once."""
+    monkeypatch.setattr(direct_io, "_unsupported_logged", False)
+    layer = CountingDirect(refuse_writes=True)
+    ledger = Ledger.open(tmp_path / "t", _config(), file_layer=layer, preallocator=InlineExecutor())
+    with caplog.at_level("INFO", logger="broker.storage.direct_io"):
+        written = _workload(ledger, random.Random(7), 100)  # several segments
+    assert dict(ledger.iter_entries(BEFORE_EVERYTHING)) == written
+    ledger.close()
+    segments = len(list((tmp_path / "t").glob("*.seg")))
+    assert 2 <= layer.direct_writes <= segments
+    assert sum("refuses O_DIRECT" in r.getMessage() for r in caplog.records) == 1
+    reopened = Ledger.open(tmp_path / "t", _config())
+    assert dict(reopened.iter_entries(BEFORE_EVERYTHING)) == written
+    reopened.close()
 
 
 def test_switched_off_no_o_direct_descriptor_is_opened(tmp_path: Path) -> None:
