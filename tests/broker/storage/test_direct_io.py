@@ -145,36 +145,26 @@ def test_a_failed_direct_write_fails_that_flush_only(tmp_path: Path) -> None:
     reopened.close()
 
 
+@pytest.mark.parametrize("refused", ["open", "write"])
 def test_without_o_direct_the_page_cache_is_used_and_said_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, refused: str
 ) -> None:
+    """A file system refusing O_DIRECT at open, or accepting the open and refusing every write
+    with EINVAL (nothing written): no flush fails, each segment tries once, it is said once."""
     monkeypatch.setattr(direct_io, "_unsupported_logged", False)
-    layer = CountingDirect(refuse=True)
+    layer = CountingDirect(refuse=refused == "open", refuse_writes=refused == "write")
     ledger = Ledger.open(tmp_path / "t", _config(), file_layer=layer, preallocator=InlineExecutor())
     with caplog.at_level("INFO", logger="broker.storage.direct_io"):
         written = _workload(ledger, random.Random(4), 100)  # several segments
     assert dict(ledger.iter_entries(BEFORE_EVERYTHING)) == written
     ledger.close()
-    assert layer.direct_writes == 0
-    assert layer.opens_refused >= 2  # once per segment
-    assert sum("no O_DIRECT" in r.getMessage() for r in caplog.records) == 1
-
-
-def test_a_file_system_refusing_o_direct_writes_is_written_through_the_page_cache(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Open succeeds, every O_DIRECT write fails with EINVAL (nothing written): no flush
-    fails, each segment tries once, and it is said once."""
-    monkeypatch.setattr(direct_io, "_unsupported_logged", False)
-    layer = CountingDirect(refuse_writes=True)
-    ledger = Ledger.open(tmp_path / "t", _config(), file_layer=layer, preallocator=InlineExecutor())
-    with caplog.at_level("INFO", logger="broker.storage.direct_io"):
-        written = _workload(ledger, random.Random(7), 100)  # several segments
-    assert dict(ledger.iter_entries(BEFORE_EVERYTHING)) == written
-    ledger.close()
     segments = len(list((tmp_path / "t").glob("*.seg")))
-    assert 2 <= layer.direct_writes <= segments
-    assert sum("refuses O_DIRECT" in r.getMessage() for r in caplog.records) == 1
+    tries = layer.opens_refused if refused == "open" else layer.direct_writes
+    assert 2 <= tries <= segments  # once per segment
+    if refused == "open":
+        assert layer.direct_writes == 0
+    said = "has no O_DIRECT" if refused == "open" else "refuses O_DIRECT"
+    assert sum(said in r.getMessage() for r in caplog.records) == 1
     reopened = Ledger.open(tmp_path / "t", _config())
     assert dict(reopened.iter_entries(BEFORE_EVERYTHING)) == written
     reopened.close()
