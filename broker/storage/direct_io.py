@@ -12,14 +12,15 @@ durable end: the bytes of that block already on disk (``tail``: kept from the pr
 write, else read back) are copied first, then the records, then zeros up to the next block
 boundary. Rewriting the head of the block writes the same bytes again; the zeros land where the
 segment holds zeros anyway (pre-allocation, ``recovery``: a zero header ends the data). The
-aligned buffer is one per flush thread and reused (a freshly mapped buffer costs a page fault per
-4 KiB, which is what made the earlier joined-buffer flush slow), so memory is bounded by the
-threads, not by the topics.
+aligned buffer is one per flush thread, ``CHUNK_BYTES`` long and reused (a freshly mapped buffer
+costs a page fault per 4 KiB, which is what made the earlier joined-buffer flush slow); a larger
+flush is written in chunks through it, so memory is bounded by the threads, not by the topics.
 
 Only flushes of ``DIRECT_MIN_BYTES`` or more take this path: a small one is cheaper through the
 page cache, and the kernel keeps both views coherent (a direct write first writes back dirty
 pages of its range and drops the cached ones after). A file system without ``O_DIRECT``
-(``EINVAL`` at open, tmpfs for one) is written through the page cache, once logged.
+(``EINVAL`` at open, tmpfs for one, or at the first write, which then wrote nothing) is written
+through the page cache, once logged.
 """
 
 from __future__ import annotations
