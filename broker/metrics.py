@@ -186,6 +186,7 @@ class BrokerCollector(Collector):
             )
             series.setdefault(labels, _Sample()).add(_topic_sample(topic))
         yield _topics_count(cluster, topics_per_namespace)
+        yield _cache_used(cluster, self._service.entry_cache.size_bytes)
         yield from _families(label_names, series)
 
 
@@ -195,6 +196,17 @@ def _topics_count(cluster: str, topics_per_namespace: dict[str, int]) -> Metric:
     )
     for namespace, count in sorted(topics_per_namespace.items()):
         family.add_metric([cluster, namespace], count)
+    return family
+
+
+def _cache_used(cluster: str, size_bytes: int) -> Metric:
+    # Pulsar's managed-ledger cache gauge: one per broker, since the cache is.
+    family = GaugeMetricFamily(
+        "pulsar_ml_cache_used_size",
+        "Bytes of entries in the broker's entry cache (managedLedgerCacheSizeMB)",
+        labels=["cluster"],
+    )
+    family.add_metric([cluster], size_bytes)
     return family
 
 

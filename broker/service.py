@@ -41,6 +41,7 @@ from broker.publish.idempotency_window import IdempotencyWindow, WindowConfig
 from broker.storage import (
     CorruptCursorError,
     CorruptLedgerError,
+    EntryCache,
     FileLayer,
     Ledger,
     LedgerConfig,
@@ -118,6 +119,8 @@ class BrokerService:
         self.closing = False
         #: Test seam: the storage file layer (fault injection, simulated power loss).
         self.file_layer: FileLayer | None = None
+        #: managedLedgerCacheSizeMB bounds the cache of the whole broker, as in Pulsar.
+        self.entry_cache = EntryCache(config.managed_ledger_cache_size_mb * 1024 * 1024)
         #: Cluster mode (metadataStoreUrl = etcd:...): bundle ownership gates every load.
         self.cluster: ClusterService | None = None
 
@@ -282,7 +285,7 @@ class BrokerService:
             # The epoch also names the metadata file this owner writes (storage/metadata.py).
             ledger_config = dataclasses.replace(ledger_config_from(self.config), owner_epoch=epoch)
             ledger, snapshot_damaged = open_ledger_for_dedup(
-                directory, ledger_config, self.file_layer
+                directory, ledger_config, self.file_layer, self.entry_cache
             )
             if fence is not None:
                 ledger.set_fence(fence)

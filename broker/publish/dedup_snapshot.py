@@ -18,6 +18,7 @@ from broker.config import BrokerConfig
 from broker.publish.dedup import DedupConfig, MessageDeduplication
 from broker.storage import (
     CorruptCursorError,
+    EntryCache,
     FileLayer,
     Ledger,
     LedgerConfig,
@@ -114,19 +115,20 @@ def exact_batch_highest_sequence_id(entry: bytes, estimate: int) -> int:
 
 
 def open_ledger_for_dedup(
-    directory: Path, config: LedgerConfig, layer: FileLayer | None
+    directory: Path, config: LedgerConfig, layer: FileLayer | None, cache: EntryCache | None = None
 ) -> tuple[Ledger, bool]:
     """Open a topic's ledger; a damaged dedup snapshot is set aside instead of failing the open.
 
     Returns the ledger and whether the snapshot was damaged (then recover with
     ``full_replay=True``). Damage in any other cursor or in the data still refuses the open:
-    those hold state that cannot be rebuilt, so nothing is dropped silently.
+    those hold state that cannot be rebuilt, so nothing is dropped silently. ``cache``: the
+    broker's entry cache (``Ledger.open``).
     """
     try:
-        return Ledger.open(directory, config, file_layer=layer), False
+        return Ledger.open(directory, config, file_layer=layer, cache=cache), False
     except CorruptCursorError as exc:
         if exc.path != cursor_file(directory, DEDUP_CURSOR):
             raise
         moved = quarantine_cursor_file(directory, DEDUP_CURSOR, layer or OsFileLayer())
         log.error("%s: damaged dedup snapshot moved to %s (%s)", directory, moved, exc.reason)
-        return Ledger.open(directory, config, file_layer=layer), True
+        return Ledger.open(directory, config, file_layer=layer, cache=cache), True

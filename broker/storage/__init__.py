@@ -4,6 +4,7 @@ Synchronous by design (the broker runs ``flush`` in a worker thread); imports ne
 nor ``protocol``. Entries are opaque bytes. Public surface: see docs/CONTRACTS.md.
 """
 
+from broker.storage.cache import EntryCache
 from broker.storage.config import LedgerConfig
 from broker.storage.cursor import Cursor
 from broker.storage.cursor_registry import cursor_file, quarantine_cursor_file
@@ -24,6 +25,7 @@ __all__ = [
     "CorruptCursorError",
     "CorruptLedgerError",
     "Cursor",
+    "EntryCache",
     "FileLayer",
     "InvalidPositionError",
     "Ledger",

@@ -4,7 +4,8 @@ Pulsar key (broker.conf) -> field:
 * ``managedLedgerMaxEntriesPerLedger`` (50000) -> ``max_entries_per_ledger``
 * ``managedLedgerMaxSizePerLedgerMbytes`` (2048) -> ``max_size_per_ledger_bytes``
 * ``journalSyncData`` (true, a BookKeeper key) -> ``sync_data``
-* ``managedLedgerCacheSizeMB`` -> ``cache_size_bytes`` (ours is per ledger, not broker-wide)
+* ``managedLedgerCacheSizeMB`` -> ``cache_size_bytes``: the size of a ledger's own cache when it is
+  opened alone; a broker passes its one ``EntryCache`` of that size, shared by every ledger
 * ``defaultRetentionTimeInMinutes`` (0) / ``defaultRetentionSizeInMB`` (0) ->
   ``retention_time_minutes`` / ``retention_size_mb``: 0 = nothing kept beyond consumption,
   -1 = infinite.

@@ -77,13 +77,14 @@ class Ledger:
         layer: FileLayer,
         preallocator: Executor,
         clock: Callable[[], float],
+        cache: EntryCache | None = None,
     ) -> None:
         self.directory = directory
         self.config = config
         self._layer = layer
         self._clock = clock
         self._table = SegmentTable()
-        self._cache = EntryCache(config.cache_size_bytes)
+        self._cache = (cache if cache is not None else EntryCache(config.cache_size_bytes)).view()
         self._meta = MetadataStore(layer, directory, self._table.sealed_infos, config.owner_epoch)
         self._reader = EntryReader(self._table, self._cache)
         self._writer = LedgerWriter(
@@ -102,6 +103,7 @@ class Ledger:
         file_layer: FileLayer | None = None,
         preallocator: Executor | None = None,
         clock: Callable[[], float] = time.time,
+        cache: EntryCache | None = None,
     ) -> Ledger:
         """Open (creating if needed) the ledger in ``directory`` and run recovery.
 
@@ -111,6 +113,8 @@ class Ledger:
             file_layer: the file-operation seam (tests inject faults); default real ``os``.
             preallocator: executor zero-filling segment space; default a shared daemon thread.
             clock: wall clock in seconds (segment seal times, retention).
+            cache: the broker's entry cache, shared by its ledgers (``managedLedgerCacheSizeMB``);
+                default one of ``config.cache_size_bytes`` for this ledger alone.
 
         Raises:
             CorruptLedgerError: damage in a sealed segment or in ``ledger.meta``, naming the
@@ -118,7 +122,7 @@ class Ledger:
             OSError: the directory cannot be read, or recovery cannot write.
         """
         layer = file_layer or OS_FILES
-        ledger = cls(directory, config, layer, preallocator or shared_preallocator(), clock)
+        ledger = cls(directory, config, layer, preallocator or shared_preallocator(), clock, cache)
         ledger._recover()
         return ledger
 

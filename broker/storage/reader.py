@@ -20,7 +20,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
-from broker.storage.cache import EntryCache
+from broker.storage.cache import LedgerCache
 from broker.storage.errors import CorruptLedgerError
 from broker.storage.position import Position
 from broker.storage.segment import Segment
@@ -32,7 +32,7 @@ UNLIMITED = 1 << 62
 class EntryReader:
     """Read-only access to a ledger's durable entries."""
 
-    def __init__(self, table: SegmentTable, cache: EntryCache) -> None:
+    def __init__(self, table: SegmentTable, cache: LedgerCache) -> None:
         self._table = table
         self._cache = cache
 

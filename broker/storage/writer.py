@@ -36,7 +36,7 @@ from pathlib import Path
 from uuid import uuid4
 
 from broker.storage.buckets import GROUP_ENTRIES_BOUNDS, LATENCY_MS_BOUNDS, Buckets
-from broker.storage.cache import EntryCache
+from broker.storage.cache import LedgerCache
 from broker.storage.config import MAX_ENTRY_BYTES, LedgerConfig
 from broker.storage.errors import LedgerClosedError, LedgerFlushError
 from broker.storage.files import TEMP_SUFFIX, FileLayer, segment_file_name, unlink_durably
@@ -89,7 +89,7 @@ class LedgerWriter:
         layer: FileLayer,
         preallocator: Executor,
         table: SegmentTable,
-        cache: EntryCache,
+        cache: LedgerCache,
         meta: MetadataStore,
         clock: Callable[[], float],
     ) -> None:

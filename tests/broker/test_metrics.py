@@ -32,6 +32,7 @@ NAMESPACE = "public/default"
 # Every family /metrics must always carry (even before any topic is loaded).
 FAMILIES = {
     "pulsar_topics_count": "gauge",
+    "pulsar_ml_cache_used_size": "gauge",
     "pulsar_rate_in": "gauge",
     "pulsar_rate_out": "gauge",
     "pulsar_throughput_in": "gauge",
@@ -56,6 +57,8 @@ FAMILIES = {
     "magnetar_storage_fsync_latency": "histogram",
     "magnetar_group_commit_entries": "histogram",
 }
+# The families without a topic label: a namespace's count, and the broker's shared cache.
+BROKER_LEVEL = {"pulsar_topics_count", "pulsar_ml_cache_used_size"}
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,7 @@ def test_values_move_as_messages_flow(broker: BrokerThread, client: pulsar.Clien
     assert after_produce.value("pulsar_consumers_count", **labels) == 1
     assert after_produce.value("pulsar_producers_count", **labels) == 0  # closed again
     assert after_produce.value("pulsar_topics_count", cluster="standalone", namespace=NAMESPACE)
+    assert after_produce.value("pulsar_ml_cache_used_size", cluster="standalone") > 1000
     # One latency observation per entry: batching made far fewer entries than messages.
     entries = after_produce.value("pulsar_storage_write_latency_count", **labels)
     assert 1 <= entries < 1000
@@ -299,7 +303,7 @@ def test_a_deleted_or_unloaded_topic_leaves_no_series(
     _admin(broker, "PUT", unloaded, "/unload")
     result = scrape(broker.http)
     for family in FAMILIES:
-        if family != "pulsar_topics_count":
+        if family not in BROKER_LEVEL:
             assert {s.get("topic") for s in result.label_sets(family)} <= {kept}, family
     assert result.value("pulsar_topics_count", cluster="standalone", namespace=NAMESPACE) == 1
 

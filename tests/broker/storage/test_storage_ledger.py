@@ -324,21 +324,24 @@ def test_a_spare_never_replaces_an_existing_segment(tmp_path: Path) -> None:
 
 
 def test_an_idle_ledger_holds_no_writer_or_metadata_lock(tmp_path: Path) -> None:
-    """Issue #26: opening a ledger (a topic's load) makes neither writer lock, the metadata
-    lock nor the entry cache's, and keeps no decoded metadata document; the first append,
-    flush and property change make them."""
+    """Issue #26: opening a ledger (a topic's load) makes neither writer lock nor the metadata
+    lock, and keeps no decoded metadata document; the first append, flush and property change
+    make them. Its entry cache is a view of four slots onto the broker's shared one."""
     config = LedgerConfig(max_entries_per_ledger=2, preallocate_bytes=0)
     ledger = _open(tmp_path / "t", config)
     ledger.open_cursor("c")
     writer, meta, cache = ledger._writer, ledger._meta, ledger._cache
-    assert (writer._lock, writer._flush_lock, meta._lock, cache._lock) == (None,) * 4
+    assert (writer._lock, writer._flush_lock, meta._lock) == (None,) * 3
+    assert type(cache).__slots__ == ("_owner", "_store", "hits", "misses")
+    assert cache.size_bytes == 0
     assert meta._loaded is None
     ledger.set_property("p", 1)
     assert meta._lock is not None
     positions = [ledger.append(b"e%d" % i) for i in range(5)]  # three ledgers: two seals
     assert writer._lock is not None
     assert ledger.flush() == positions[-1]
-    assert (writer._flush_lock, cache._lock) != (None, None)
+    assert writer._flush_lock is not None
+    assert cache.size_bytes == 10
     ledger.close()
     reopened = _open(tmp_path / "t", config)
     assert reopened.properties == {"p": 1}
