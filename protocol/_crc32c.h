@@ -40,6 +40,31 @@ static uint32_t magnetar_crc32c_multiply(uint32_t a, uint32_t b)
     return product;
 }
 
+/* x^(2^k) mod p for k = 0..67: enough to shift over any 64-bit count of zero bytes (8 * count
+ * bits: k up to 3 + 63). Filled by magnetar_crc32c_init. */
+#define MAGNETAR_CRC32C_X2N 68
+static uint32_t magnetar_crc32c_x2n[MAGNETAR_CRC32C_X2N];
+
+/* x^(8 * count) mod p: the multiplier that moves a CRC register over count zero bytes. */
+static uint32_t magnetar_crc32c_x8n(uint64_t count)
+{
+    uint32_t power = 1u << 31; /* x^0 */
+    for (unsigned k = 3; count != 0; count >>= 1, k++) {
+        if (count & 1u) {
+            power = magnetar_crc32c_multiply(magnetar_crc32c_x2n[k], power);
+        }
+    }
+    return power;
+}
+
+/* The CRC-32C of A followed by B, from crc(A), crc(B) and |B| (what crc32c(B, crc(A)) returns),
+ * without reading B: the conditioning of both cancels, so only crc(A) is shifted over |B| bytes.
+ * The storage flush uses it to take a record's CRCs from the entry's already verified checksum. */
+static uint32_t magnetar_crc32c_combine_with(uint32_t power, uint32_t crc_a, uint32_t crc_b)
+{
+    return magnetar_crc32c_multiply(power, crc_a) ^ crc_b;
+}
+
 static uint32_t magnetar_crc32c_shift(uint32_t crc)
 {
     return magnetar_crc32c_stripe_shift[0][crc & 0xFF] ^
@@ -140,6 +165,11 @@ static void magnetar_crc32c_init(void)
             magnetar_crc32c_stripe_shift[k][byte] =
                 magnetar_crc32c_multiply(stripe_power, byte << (8 * k));
         }
+    }
+    uint32_t power = 1u << 30; /* x^1 */
+    for (int k = 0; k < MAGNETAR_CRC32C_X2N; k++) {
+        magnetar_crc32c_x2n[k] = power;
+        power = magnetar_crc32c_multiply(power, power);
     }
 #ifdef MAGNETAR_CRC32C_HAVE_HW
     __builtin_cpu_init();

@@ -257,7 +257,7 @@ cdef object _message_frame(const uint8_t *start, const uint8_t *end):
     parsed.message = fields
     fields._raw = parsed._raw
     fields.message_id._raw = parsed._raw
-    # The reference's Frame, its five slots set here: cheaper than its Python ``__init__``,
+    # The reference's Frame, its six slots set here: cheaper than its Python ``__init__``,
     # which is a good part of a MESSAGE's decode.
     frame = _new_object(_Frame)
     frame.command = parsed
@@ -265,6 +265,7 @@ cdef object _message_frame(const uint8_t *start, const uint8_t *end):
     frame.entry = entry
     frame.checksum_valid = checksum_valid
     frame.has_checksum = has_checksum
+    frame.entry_crc = <int64_t>expected if has_checksum and checksum_valid else -1
     return frame
 
 

@@ -97,9 +97,10 @@ cdef class Publication:
     cdef public object error
     cdef public bint done
     cdef public object ticket
+    cdef public long long entry_crc
 
     def __init__(self, producer, highest_sequence_id, entry, long long chunk_id,
-                 double staged_at, on_settled, future):
+                 double staged_at, on_settled, future, long long entry_crc=-1):
         self.producer = producer
         self.highest_sequence_id = highest_sequence_id
         self.entry = entry
@@ -111,6 +112,7 @@ cdef class Publication:
         self.error = None
         self.done = False
         self.ticket = None
+        self.entry_crc = entry_crc
 
     def resolve(self, position):
         self.position = position
@@ -203,13 +205,19 @@ def settle_durable(list group not None, double durable_at, tuple bounds not None
 # The group commit's other per-publication loops (references in broker/publish/settle.py).
 
 def group_entries(list group not None):
-    """``py_group_entries``: the entries of ``group``, in order, for the ledger."""
+    """``py_group_entries``: the entries of ``group`` and their CRCs, in order, for the ledger."""
     cdef Py_ssize_t i, n = len(group)
     cdef list entries = [None] * n
+    cdef list crcs = [None] * n
     for i in range(n):
         write = group[i]
-        entries[i] = (<Publication>write).entry if type(write) is Publication else write.entry
-    return entries
+        if type(write) is Publication:
+            entries[i] = (<Publication>write).entry
+            crcs[i] = (<Publication>write).entry_crc
+        else:
+            entries[i] = write.entry
+            crcs[i] = write.entry_crc
+    return entries, crcs
 
 
 def place_group(list group not None, positions):

@@ -24,7 +24,7 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITE, PyBuffer_Release, PyObjec
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLong
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport UINT32_MAX, UINT64_MAX, int32_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport UINT32_MAX, UINT64_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from crc32c import crc32c as _package_crc32c
@@ -37,6 +37,8 @@ cdef extern from "_crc32c.h":
     void magnetar_crc32c_init()
     uint32_t magnetar_crc32c(uint32_t value, const uint8_t *data, size_t size) nogil
     uint32_t magnetar_crc32c_sw(uint32_t value, const uint8_t *data, size_t size) nogil
+    uint32_t magnetar_crc32c_x8n(uint64_t count) nogil
+    uint32_t magnetar_crc32c_combine_with(uint32_t power, uint32_t crc_a, uint32_t crc_b) nogil
     int magnetar_crc32c_hw
 
 magnetar_crc32c_init()
@@ -266,7 +268,9 @@ cdef object _send_frame_of(const uint8_t *start, const uint8_t *entry_start, obj
     parsed._raw = PyBytes_FromStringAndSize(<const char *>start + 4, command_size)
     parsed.send = fields
     fields._raw = parsed._raw
-    return _Frame(parsed, SEND_TYPE, entry, checksum_valid, has_checksum)
+    # A verified checksum is the entry's CRC: storage reuses it (``Frame.entry_crc``).
+    entry_crc = <int64_t>expected if has_checksum and checksum_valid else -1
+    return _Frame(parsed, SEND_TYPE, entry, checksum_valid, has_checksum, entry_crc)
 
 
 cdef object _send_frame(const uint8_t *start, const uint8_t *end):

@@ -149,6 +149,9 @@ class Frame:
             broker stores and relays; None for other commands.
         checksum_valid: True when the frame had no checksum or the checksum matched.
         has_checksum: True when the frame carried the 0x0e01 checksum.
+        entry_crc: the CRC-32C of ``entry`` when the frame's checksum covered it and matched,
+            else -1. The decoder computed it to verify the checksum; the broker's storage
+            takes a record's CRC from it instead of a second pass over the entry (issue #26).
     """
 
     command: pb.BaseCommand
@@ -156,6 +159,7 @@ class Frame:
     entry: bytes | None = None
     checksum_valid: bool = True
     has_checksum: bool = False
+    entry_crc: int = -1
 
 
 class PyFrameDecoder:
@@ -301,7 +305,8 @@ def _decode_payload(
         if magic == MAGIC_CRC32C:
             position += 6
             entry = _entry_bytes(view, position, end)
-            return Frame(command, frame_type, entry, _crc32c(entry) == value, True)
+            valid = _crc32c(entry) == value
+            return Frame(command, frame_type, entry, valid, True, value if valid else -1)
     return Frame(command, frame_type, _entry_bytes(view, position, end))
 
 

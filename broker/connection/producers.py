@@ -259,7 +259,15 @@ class ProducerEndpoint:
             except RemoteProtocolError as exc:
                 raise InvalidMessageMetadata(f"Invalid message metadata: {exc}") from None
             outcome = state.publisher.submit(
-                producer, sequence_id, highest, entry, chunk, num_messages, state.on_settled
+                producer,
+                sequence_id,
+                highest,
+                entry,
+                chunk,
+                num_messages,
+                state.on_settled,
+                None,
+                frame.entry_crc,
             )
         except ProducerFenced:
             # PIP-68: nothing from a fenced producer reaches the ledger; the client learns it

@@ -85,6 +85,7 @@ class PyPublication:
         "chunk_id",
         "done",
         "entry",
+        "entry_crc",
         "error",
         "future",
         "highest_sequence_id",
@@ -104,12 +105,16 @@ class PyPublication:
         staged_at: float,
         on_settled: Callable[[], None] | None,
         future: asyncio.Future[Position | None] | None,
+        entry_crc: int = -1,
     ) -> None:
         self.producer = producer
         # Dedup's highest id: the SEND's, or the exact last id of a gapped batch on dedup's
         # rare path (``exact_batch_highest_sequence_id``).
         self.highest_sequence_id = highest_sequence_id
         self.entry = entry
+        # The entry's CRC-32C when the SEND's checksum was verified (-1: unknown): the ledger
+        # takes the record's CRC from it (``Ledger.append_many``).
+        self.entry_crc = entry_crc
         # For a chunk that is not the last of its message: its chunk id (dedup tracks it).
         self.chunk_id = chunk_id
         self.staged_at = staged_at  # time.monotonic(): the publish latency starts here

@@ -202,6 +202,7 @@ class Publisher:
         num_messages: int,
         on_settled: Callable[[], None] | None,
         future: asyncio.Future[Position | None] | None = None,
+        entry_crc: int = -1,
     ) -> PublishOutcome:
         """Accept one SEND: answer it at once (a duplicate) or stage it for the group commit.
 
@@ -209,6 +210,8 @@ class Publisher:
         `SendEntryChecker`); dedup then works chunk by chunk (`MessageDeduplication.check_chunk`).
         ``num_messages`` is the SEND's message count (a batch's size), for the msgIn counters.
         ``on_settled`` is called once per group commit that settles publications carrying it.
+        ``entry_crc``: the entry's CRC-32C when the decoder verified the SEND's checksum
+        (``Frame.entry_crc``), else -1; the ledger reuses it for the record's CRC.
 
         A duplicate is answered with ``DUPLICATE`` (receipt ``-1:-1``), or with its original's
         position for an idempotency-key duplicate. Raises ``PersistenceError`` synchronously for
@@ -266,7 +269,14 @@ class Publisher:
                 )
         chunk_id = chunk.chunk_id if chunk is not None and not chunk.is_last else -1
         publication = Publication(
-            producer, highest_sequence_id, entry, chunk_id, time.monotonic(), on_settled, future
+            producer,
+            highest_sequence_id,
+            entry,
+            chunk_id,
+            time.monotonic(),
+            on_settled,
+            future,
+            entry_crc,
         )
         publication.ticket = ticket
         size = len(entry)
@@ -318,7 +328,8 @@ class Publisher:
             try:
                 # One queue: the staged publications are the group; the ledger gets their
                 # entries in one call (one lock acquisition), then one write and one fdatasync.
-                place_group(group, self._ledger.append_many(group_entries(group)))
+                entries, crcs = group_entries(group)
+                place_group(group, self._ledger.append_many(entries, crcs))
                 await asyncio.to_thread(self._ledger.flush)
             except (OSError, StorageError, ValueError) as exc:
                 self._on_flush_failed(group, exc)

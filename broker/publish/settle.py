@@ -87,9 +87,10 @@ def py_settle_durable(
     return counts, total
 
 
-def py_group_entries(group: list[Publication]) -> list[bytes]:
-    """The entries of ``group``, in order (what the ledger appends)."""
-    return [write.entry for write in group]
+def py_group_entries(group: list[Publication]) -> tuple[list[bytes], list[int]]:
+    """The entries of ``group`` and their CRC-32Cs (-1: unknown), in order: what the ledger
+    appends (``Ledger.append_many``)."""
+    return [write.entry for write in group], [write.entry_crc for write in group]
 
 
 def py_place_group(group: list[Publication], positions: list[Position]) -> None:

@@ -226,12 +226,16 @@ class Ledger:
         """
         return self._writer.append(data)
 
-    def append_many(self, entries: list[bytes]) -> list[Position]:
+    def append_many(self, entries: list[bytes], crcs: list[int] | None = None) -> list[Position]:
         """``append`` of each entry in order (a group commit's entries); their positions.
+
+        ``crcs``: each entry's CRC-32C where the caller computed it (the SEND's verified
+        checksum), -1 where not; the flush then takes the records' CRCs from them instead of
+        reading large entries again. A wrong one is a record that fails its check on read.
 
         Raises like ``append``; an oversized entry refuses the whole group (nothing appended).
         """
-        return self._writer.append_many(entries)
+        return self._writer.append_many(entries, crcs)
 
     def flush(self) -> Position | None:
         """Make every entry appended so far durable; return the last durable position.

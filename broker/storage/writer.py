@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, wait
+from itertools import repeat
 from pathlib import Path
 from uuid import uuid4
 
@@ -105,7 +106,8 @@ class LedgerWriter:
         # a time: ``self._lock or first_lock(self, "_lock")`` (module docstring).
         self._lock: threading.Lock | None = None
         self._flush_lock: threading.Lock | None = None
-        self._pending: list[tuple[Position, bytes]] = []
+        # (position, entry, its CRC-32C or -1): appended, not yet flushed.
+        self._pending: list[tuple[Position, bytes, int]] = []
         self._tail_ledger_id = 0
         self._tail_entries = 0
         self._tail_bytes = HEADER_SIZE
@@ -167,13 +169,13 @@ class LedgerWriter:
             position = Position(self._tail_ledger_id, self._tail_entries)
             self._tail_entries += 1
             self._tail_bytes += record_size
-            self._pending.append((position, data))
+            self._pending.append((position, data, -1))
             self.last_position = position
             if self._spare is None:
                 self._maybe_request_spare()
         return position
 
-    def append_many(self, entries: list[bytes]) -> list[Position]:
+    def append_many(self, entries: list[bytes], crcs: list[int] | None = None) -> list[Position]:
         """See ``Ledger.append_many``: ``append`` of each entry, under one lock acquisition.
 
         Sizes are checked first, so a refused group appends nothing (no entry of it can be
@@ -205,7 +207,8 @@ class LedgerWriter:
                 size += record_size
             self._tail_entries, self._tail_bytes = count, size
             if positions:
-                self._pending.extend(zip(positions, entries, strict=True))
+                known = repeat(-1, len(entries)) if crcs is None else crcs
+                self._pending.extend(zip(positions, entries, known, strict=True))
                 self.last_position = positions[-1]
             if self._spare is None:
                 self._maybe_request_spare()
@@ -268,20 +271,21 @@ class LedgerWriter:
             self.group_entries.observe(len(batch))
             return self.last_confirmed
 
-    def _write_chunk(self, ledger_id: int, entries: list[tuple[Position, bytes]]) -> None:
+    def _write_chunk(self, ledger_id: int, entries: list[tuple[Position, bytes, int]]) -> None:
         if self._active is None or self._active.ledger_id != ledger_id:
             self._roll_to(ledger_id)
         segment = self._active
         assert segment is not None
+        datas = [data for _, data, _ in entries]
         parts, offsets, size, new_crc = encode_record_parts(
-            [data for _, data in entries], segment.crc
+            datas, segment.crc, [crc for _, _, crc in entries]
         )
         segment.write(parts, size, self._config.sync_data)
         if self.fence is not None:
             self.fence()
         self._table.commit(segment, offsets, size, new_crc)
         self.last_confirmed = entries[-1][0]
-        self._cache.put_block(ledger_id, entries[0][0].entry_id, [data for _, data in entries])
+        self._cache.put_block(ledger_id, entries[0][0].entry_id, datas)
         # Headroom as large as the data so far (doubling), from 64 KiB up to the configured
         # pre-allocation: a busy segment soon has the full chunk ahead, an idle one 64 KiB.
         ahead = min(self._config.segment_preallocation, max(_MIN_EXTEND_BYTES, segment.data_end))
@@ -371,8 +375,8 @@ class LedgerWriter:
 
 
 def _split_by_ledger(
-    batch: list[tuple[Position, bytes]],
-) -> Iterator[tuple[int, list[tuple[Position, bytes]]]]:
+    batch: list[tuple[Position, bytes, int]],
+) -> Iterator[tuple[int, list[tuple[Position, bytes, int]]]]:
     """Consecutive runs of ``batch`` that belong to the same ledger."""
     start = 0
     for index in range(1, len(batch) + 1):

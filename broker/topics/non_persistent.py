@@ -102,8 +102,9 @@ class MemoryLog:
         self._next_id += 1
         return Position(_LEDGER_ID, self._next_id - 1)
 
-    def append_many(self, entries: list[bytes]) -> list[Position]:
-        """A group commit's entries (``Ledger.append_many``), in order."""
+    def append_many(self, entries: list[bytes], crcs: list[int] | None = None) -> list[Position]:
+        """A group commit's entries (``Ledger.append_many``), in order; nothing is written, so
+        ``crcs`` is not needed."""
         return [self.append(data) for data in entries]
 
     def flush(self) -> Position | None:

@@ -73,6 +73,7 @@ def test_payload_frame_without_checksum() -> None:
     assert frame.entry == entry
     assert not frame.has_checksum
     assert frame.checksum_valid
+    assert frame.entry_crc == -1  # nothing verified: storage computes the record CRC itself
 
 
 def test_decodes_send() -> None:
@@ -85,6 +86,7 @@ def test_decodes_send() -> None:
     assert type(frame.entry) is bytes
     assert frame.has_checksum
     assert frame.checksum_valid
+    assert frame.entry_crc == crc32c(entry)  # the verified checksum, for the storage to reuse
 
 
 def test_checksum_mismatch_is_reported_not_raised() -> None:
@@ -93,6 +95,7 @@ def test_checksum_mismatch_is_reported_not_raised() -> None:
     [frame] = decode_all(bytes(data))
     assert frame.has_checksum
     assert not frame.checksum_valid
+    assert frame.entry_crc == -1
 
 
 def test_broker_entry_metadata_is_skipped() -> None:
@@ -112,6 +115,7 @@ def test_broker_entry_metadata_is_skipped() -> None:
     assert frame.entry == entry
     assert frame.has_checksum
     assert frame.checksum_valid
+    assert frame.entry_crc == crc32c(entry)
 
 
 def test_broker_entry_metadata_without_checksum() -> None:

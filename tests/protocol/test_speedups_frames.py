@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
+import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -191,6 +192,7 @@ def test_a_large_send_in_many_reads_is_one_copy_of_its_entry(checksum: bool) -> 
     assert send.entry == entry
     assert send.checksum_valid
     assert send.has_checksum is checksum
+    assert send.entry_crc == (crc32c.crc32c(entry) if checksum else -1)
     assert (send.command.send.producer_id, send.command.send.sequence_id) == (3, 9)
     assert decoder.buffered == 0
 

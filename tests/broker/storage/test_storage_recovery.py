@@ -106,6 +106,42 @@ def test_record_parts_are_the_records_and_carry_the_running_crc(
     assert len(parts) <= 2 * len(large) + 1
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    entries=entry_lists,
+    running=st.integers(0, (1 << 32) - 1),
+    known=st.lists(st.booleans(), min_size=20, max_size=20),
+)
+def test_known_entry_crcs_give_the_same_records(
+    entries: list[bytes], running: int, known: list[bool]
+) -> None:
+    """The flush takes a large entry's record CRCs from its verified checksum (CRC-32C
+    combination) instead of reading it: the records are byte for byte the reference's."""
+    crcs = [crc32c.crc32c(e) if k else -1 for e, k in zip(entries, known, strict=False)]
+    assert encode_record_parts(entries, running, crcs) == py_encode_record_parts(entries, running)
+
+
+def test_a_known_crc_is_used_not_recomputed() -> None:
+    """What makes the combination worth it: a large entry's bytes are not read again, so a
+    wrong CRC handed in shows in its record (refused on read, never served). Small entries
+    are always read (a pass is cheaper than the combination there)."""
+    large, small = b"L" * 70_000, b"s" * 100
+    parts, _, _, _ = _speedups.encode_record_parts([small, large], 0, [1, 2])
+    joined = b"".join(parts)
+    scan = scan_valid_prefix(joined)
+    assert scan.valid_bytes == RECORD_HEADER_SIZE + len(small)  # the small one is right
+    assert list(scan.offsets) == [0]
+    with pytest.raises(ValueError, match="2 entry CRCs for 1 entries"):
+        _speedups.encode_record_parts([small], 0, [1, 2])
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=st.binary(max_size=64), b=st.binary(max_size=9000))
+def test_crc32c_combination_matches_the_package(a: bytes, b: bytes) -> None:
+    combined = _speedups.crc32c_combine(crc32c.crc32c(a), crc32c.crc32c(b), len(b))
+    assert combined == crc32c.crc32c(a + b)
+
+
 def test_compiled_record_parts_take_any_buffer_through_the_reference() -> None:
     entries: list[bytes] = [bytearray(b"ab"), b"c", memoryview(b"def")]  # type: ignore[list-item]
     expected = py_encode_record_parts([b"ab", b"c", b"def"], 7)
