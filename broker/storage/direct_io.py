@@ -175,6 +175,61 @@ class DirectWriter:
                 raise
 
 
+#: Zeros for pre-allocation written with O_DIRECT: private anonymous memory never written, so
+#: every page of it is the kernel's one shared zero page (no memory, nothing copied).
+ZEROS_BYTES = 1024 * 1024
+_zeros: mmap.mmap | None = None
+#: Folders whose file system refused O_DIRECT to a zero fill: their next ones go through the
+#: page cache without asking again (a flush's writer asks once per segment on its own).
+_refusing_folders: set[str] = set()
+
+
+def zero_fill_direct(layer: FileLayer, path: os.PathLike[str], start: int, end: int) -> int:
+    """Write zeros over the whole blocks of ``[start, end)`` with ``O_DIRECT``; return the
+    offset they reach (from the first block boundary at or after ``start``), or ``start`` when
+    this file system takes no ``O_DIRECT``. The caller writes the rest through the page cache
+    and syncs.
+
+    Why: zero-filling a spare or the space ahead of the active segment through the page cache
+    copied every zero into cached pages, which the next direct flush of that range then
+    dropped again (P1 of issue #26: 6-7 % of the broker's CPU, on the pre-allocation thread).
+    """
+    global _zeros
+    first = -(-start // BLOCK) * BLOCK
+    last = end - end % BLOCK
+    folder = os.path.dirname(os.fspath(path))
+    if first >= last or folder in _refusing_folders:
+        return start
+    try:
+        fd = layer.open(path, os.O_WRONLY | os.O_DIRECT)  # type: ignore[arg-type]
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+        _refusing_folders.add(folder)
+        _log_unsupported(path, "has no O_DIRECT")
+        return start
+    try:
+        if _zeros is None:
+            _zeros = mmap.mmap(-1, ZEROS_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        zeros = memoryview(_zeros)
+        offset = first
+        while offset < last:
+            try:
+                written = layer.pwrite(fd, zeros[: min(ZEROS_BYTES, last - offset)], offset)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL or offset != first:
+                    raise
+                _refusing_folders.add(folder)
+                _log_unsupported(path, "refuses O_DIRECT writes")
+                return start
+            if written % BLOCK or written == 0:  # short and unaligned: the page cache finishes
+                return offset + written
+            offset += written
+        return offset
+    finally:
+        layer.close(fd)
+
+
 def _log_unsupported(path: os.PathLike[str], what: str) -> None:
     """Say once per process that large flushes go through the page cache after all."""
     global _unsupported_logged

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import crc32c
 
-from broker.storage.direct_io import BLOCK, DirectWriter
+from broker.storage.direct_io import BLOCK, DirectWriter, zero_fill_direct
 from broker.storage.errors import CorruptLedgerError
 from broker.storage.files import FileLayer, write_all, write_all_parts
 from broker.storage.ledger_meta_file import SealedLedger
@@ -130,15 +130,16 @@ def pread_exact(path: Path, offset: int, length: int, ahead_until: int = 0) -> b
         os.close(fd)
 
 
-def preallocate_file(layer: FileLayer, path: Path, size: int) -> None:
-    """Create ``path`` zero-filled to ``size`` bytes and make it durable (not its name).
+def preallocate_file(layer: FileLayer, path: Path, size: int, direct: bool = False) -> None:
+    """Create ``path`` zero-filled to ``size`` bytes and make it durable (not its name);
+    ``direct``: with ``O_DIRECT`` where the file system takes it (``_zero_fill``).
 
     Real zeros, not ``fallocate``: an unwritten extent still costs a metadata commit on the
     first write, which is exactly what pre-allocation is meant to avoid.
     """
     fd = layer.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        _zero_fill(layer, fd, 0, size)
+        _zero_fill(layer, fd, 0, size, path if direct else None)
     finally:
         layer.close(fd)
 
@@ -341,7 +342,10 @@ class Segment:
             return
         start = max(self.allocated_end, self.data_end)
         self._extension_start = start
-        self._extension = executor.submit(_zero_fill, self._layer, self._fd, start, chunk)
+        direct_path = self.path if self._direct is not None and self._direct.supported else None
+        self._extension = executor.submit(
+            _zero_fill, self._layer, self._fd, start, chunk, direct_path
+        )
 
     def wait_extension(self, before: int | None = None) -> None:
         """Settle an extension job that covers bytes below ``before`` (all if None): cancel it
@@ -490,15 +494,30 @@ def _split_records(path: Path, buf: bytes, start: int, count: int) -> list[bytes
     return result
 
 
-def _zero_fill(layer: FileLayer, fd: int, start: int, size: int) -> int:
-    """Write ``size`` zero bytes at ``start`` and sync; returns the new allocated end."""
-    offset, end = start, start + size
+def _zero_fill(
+    layer: FileLayer, fd: int, start: int, size: int, direct_path: Path | None = None
+) -> int:
+    """Write ``size`` zero bytes at ``start`` and sync; returns the new allocated end. With
+    ``direct_path`` (``dbStorage_directIOEntryLogger``) the whole blocks are written with
+    ``O_DIRECT`` (``zero_fill_direct``), the partial ones around them through ``fd``."""
+    end = start + size
+    if direct_path is not None:
+        first = -(-start // BLOCK) * BLOCK
+        reached = zero_fill_direct(layer, direct_path, start, end)
+        if reached > start:
+            _write_zeros(layer, fd, start, first)
+            start = reached
+    _write_zeros(layer, fd, start, end)
+    layer.fdatasync(fd)
+    return end
+
+
+def _write_zeros(layer: FileLayer, fd: int, start: int, end: int) -> None:
+    offset = start
     while offset < end:
         chunk = _ZERO_CHUNK[: min(len(_ZERO_CHUNK), end - offset)]
         write_all(layer, fd, chunk, offset)
         offset += len(chunk)
-    layer.fdatasync(fd)
-    return end
 
 
 def _has_nonzero(view: memoryview) -> bool:

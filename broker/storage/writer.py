@@ -249,7 +249,9 @@ class LedgerWriter:
                 # (``_write_chunk``), so 10,000 topics taking a few entries each do not
                 # zero-fill 10,000 x 8 MiB. A topic that rolls is busy: full-size spares.
                 size = min(size, _MIN_EXTEND_BYTES)
-            self._spare = self._preallocator.submit(_make_spare, self._layer, path, size)
+            self._spare = self._preallocator.submit(
+                _make_spare, self._layer, path, size, self._config.direct_io
+            )
 
     # -- flush ------------------------------------------------------------------------------
 
@@ -385,8 +387,8 @@ def _split_by_ledger(
             start = index
 
 
-def _make_spare(layer: FileLayer, path: Path, size: int) -> Path:
-    preallocate_file(layer, path, size)
+def _make_spare(layer: FileLayer, path: Path, size: int, direct: bool) -> Path:
+    preallocate_file(layer, path, size, direct)
     return path
 
 

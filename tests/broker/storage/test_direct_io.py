@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.storage import Ledger, LedgerConfig, LedgerFlushError, Position, direct_io
+from broker.storage import Ledger, LedgerConfig, LedgerFlushError, Position, direct_io, segment
 from broker.storage.direct_io import BLOCK, DirectWriter
 from broker.storage.files import FileLayer
 from tests.broker.storage.faults import (
@@ -150,8 +150,10 @@ def test_without_o_direct_the_page_cache_is_used_and_said_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, refused: str
 ) -> None:
     """A file system refusing O_DIRECT at open, or accepting the open and refusing every write
-    with EINVAL (nothing written): no flush fails, each segment tries once, it is said once."""
+    with EINVAL (nothing written): no flush fails, each segment's writer tries once and the
+    pre-allocation once for the folder, it is said once."""
     monkeypatch.setattr(direct_io, "_unsupported_logged", False)
+    monkeypatch.setattr(direct_io, "_refusing_folders", set())
     layer = CountingDirect(refuse=refused == "open", refuse_writes=refused == "write")
     ledger = Ledger.open(tmp_path / "t", _config(), file_layer=layer, preallocator=InlineExecutor())
     with caplog.at_level("INFO", logger="broker.storage.direct_io"):
@@ -160,7 +162,7 @@ def test_without_o_direct_the_page_cache_is_used_and_said_once(
     ledger.close()
     segments = len(list((tmp_path / "t").glob("*.seg")))
     tries = layer.opens_refused if refused == "open" else layer.direct_writes
-    assert 2 <= tries <= segments  # once per segment
+    assert 2 <= tries <= segments + 1  # once per segment, once for the zero fills
     if refused == "open":
         assert layer.direct_writes == 0
     said = "has no O_DIRECT" if refused == "open" else "refuses O_DIRECT"
@@ -229,3 +231,34 @@ def test_the_layer_sees_every_direct_write(tmp_path: Path) -> None:
     _workload(ledger, random.Random(6), 10)
     ledger.close()
     assert any(seen)
+
+
+@pytest.mark.parametrize(
+    ("start", "end"), [(0, 64 * 1024), (100, 3 * BLOCK + 5), (BLOCK, 2 * BLOCK)]
+)
+def test_zero_fills_write_whole_blocks_with_o_direct(tmp_path: Path, start: int, end: int) -> None:
+    """Pre-allocation's zeros bypass the page cache too: the whole blocks through O_DIRECT
+    (aligned: the layer checks), the partial ones around them through the page cache; every byte
+    of the range is zero afterwards and no byte outside it changed."""
+    path = tmp_path / "seg"
+    path.write_bytes(b"\xff" * (end + BLOCK))
+    layer = CountingDirect()
+    fd = layer.open(path, os.O_RDWR)
+    try:
+        assert segment._zero_fill(layer, fd, start, end - start, path) == end
+    finally:
+        layer.close(fd)
+    data = path.read_bytes()
+    assert data == b"\xff" * start + bytes(end - start) + b"\xff" * BLOCK
+    assert (
+        layer.direct_writes == (end - end % BLOCK - -(-start // BLOCK) * BLOCK) // (1024 * 1024) + 1
+    )
+
+
+def test_spares_are_zero_filled_with_o_direct_only_when_switched_on(tmp_path: Path) -> None:
+    for direct in (True, False):
+        layer = CountingDirect()
+        path = tmp_path / f"spare-{direct}"
+        segment.preallocate_file(layer, path, 64 * 1024, direct)
+        assert path.read_bytes() == bytes(64 * 1024)
+        assert (layer.direct_writes > 0) is direct
