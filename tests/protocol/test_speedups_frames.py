@@ -29,6 +29,7 @@ from tests.protocol.speedups_wire import (
     field_bytes,
     fields_of,
     frame_of,
+    full_command,
     ints,
     mutated_frames,
     outcomes,
@@ -293,3 +294,35 @@ def test_over_long_tags_and_values_match() -> None:
     assert outcomes(_speedups.FrameDecoder(), [frame], _speedups.of_send) == outcomes(
         PyFrameDecoder(), [frame], py_of_send
     )
+
+
+@pytest.mark.parametrize("decoder_class", [_speedups.FrameDecoder, PyFrameDecoder])
+def test_fed_bytes_may_be_reused_at_once(decoder_class: Any) -> None:
+    """The connection reads every socket read into one buffer per thread and reuses it for the
+    next read, whether or not the frames of the last one were taken yet: a decoder owns what
+    it was fed once ``feed`` returns (the compiled one decodes the whole frames then, straight
+    from the caller's bytes, and keeps only the cut one)."""
+    frames = [
+        commands.connect("reuse", protocol_version=20, auth_method_name="basic", auth_data=b"u:p"),
+        commands.send(1, 2, b"\x00\x00\x00\x02\x0a\x00" + b"p" * 300),
+        commands.ping(),
+        commands.send(1, 3, b"\x00\x00\x00\x02\x0a\x00" + b"q" * 70_000),
+    ]
+    stream = b"".join(frames)
+    reference = PyFrameDecoder()
+    reference.feed(stream)
+    expected = [(f.type, f.entry, full_command(f).SerializeToString()) for f in reference]
+    assert len(expected) == len(frames)
+    kwargs = {} if decoder_class is PyFrameDecoder else {"assemble_over": 1 << 30}
+    decoder = decoder_class(**kwargs)  # the large SEND too is cut by reads, so buffered
+    inbox = bytearray(len(stream))
+    got = []
+    position = 0
+    for end in (5, 60, 400, len(stream) - 1000, len(stream)):  # cuts inside frames
+        inbox[: end - position] = stream[position:end]
+        decoder.feed(memoryview(inbox)[: end - position])
+        inbox[:] = b"\xee" * len(inbox)  # the next read overwrites it before any iteration
+        position = end
+        got.extend((f.type, f.entry, full_command(f).SerializeToString()) for f in decoder)
+    assert got == expected
+    assert decoder.buffered == 0
