@@ -11,7 +11,11 @@ throughput with keys vs without.
   (group commit, no fsync), with a key each vs without; the ratio is the cost of the window
   (``msgs_per_s_no_window``: keyless entries on a topic without a window at all, for reference).
 
-Usage: ``python bench/bench_idempotency.py [--keys N] [--replay N] [--messages N]``; prints JSON.
+  Runs of each kind alternate within a round until each kind has published ``--round-seconds``;
+  the figure is the median of ``--rounds`` rounds' ratios, their spread beside it.
+
+Usage: ``python bench/bench_idempotency.py [--keys N] [--replay N] [--messages N] [--rounds N]
+[--round-seconds S] [--skip-memory]``; prints JSON.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import asyncio
 import gc
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -146,11 +151,13 @@ class _Sink:
         return True
 
 
-async def _publish_rate(messages: int, keyed: bool, window_on: bool = True) -> float:
+async def _publish_seconds(entries: list[bytes], window_on: bool = True) -> tuple[float, float]:
+    """Seconds to ``Topic.publish`` ``entries`` on a fresh topic (its own ledger and window),
+    in waves of 1000 awaited together, and the event loop thread's CPU seconds meanwhile (the
+    flush thread's are not counted); the topic's set-up and close are not counted."""
     config = replace(
         BrokerConfig(), journal_max_group_wait_msec=1, broker_deduplication_enabled=True
     )
-    entries = [_keyed_entry(f"req-{uuid.uuid4()}" if keyed else None, i) for i in range(messages)]
     with tempfile.TemporaryDirectory() as tmp:
         ledger = Ledger.open(Path(tmp) / "t", LEDGER)
         window = recover_window(ledger, window_config_from(config))
@@ -171,6 +178,7 @@ async def _publish_rate(messages: int, keyed: bool, window_on: bool = True) -> f
         )
         await topic.add_producer(producer, None)
         started = time.perf_counter()
+        cpu_started = time.thread_time()
         pending = []
         for sequence_id, entry in enumerate(entries):
             pending.append(topic.publish(producer, sequence_id, sequence_id, entry))
@@ -179,29 +187,72 @@ async def _publish_rate(messages: int, keyed: bool, window_on: bool = True) -> f
                 pending = []
         await asyncio.gather(*pending)
         elapsed = time.perf_counter() - started
+        cpu = time.thread_time() - cpu_started
         await topic.close()
-    return messages / elapsed
+    return elapsed, cpu
 
 
-def throughput(messages: int, rounds: int = 5) -> dict[str, object]:
-    """Rounds alternate keyless / keyed / no window, so a machine that slows down mid-run
-    (it is shared) weighs on all three alike; each figure is the best round, and the ratio of
-    each round pair gives the spread."""
-    without: list[float] = []
-    keyed: list[float] = []
-    no_window: list[float] = []
-    for _ in range(rounds):
-        without.append(asyncio.run(_publish_rate(messages, keyed=False)))
-        keyed.append(asyncio.run(_publish_rate(messages, keyed=True)))
-        no_window.append(asyncio.run(_publish_rate(messages, keyed=False, window_on=False)))
-    ratios = sorted(k / w for k, w in zip(keyed, without, strict=True))
+def _entries(messages: int, keyed: bool) -> list[bytes]:
+    """Single-message entries, each with a distinct key (``keyed``) or none. Every run is a
+    fresh topic with an empty window, so one list serves every run of a kind."""
+    return [_keyed_entry(f"req-{uuid.uuid4()}" if keyed else None, i) for i in range(messages)]
+
+
+def _round(
+    keyless: list[bytes], keyed: list[bytes], seconds: float, keyed_first: bool
+) -> dict[str, float]:
+    """One round: pairs of runs (a keyless and a keyed one, back to back; a run publishes every
+    entry on a fresh topic) until each kind has published for ``seconds``; each kind's rate is
+    over its total time in the round."""
+    spent = {False: 0.0, True: 0.0}
+    cpu = {False: 0.0, True: 0.0}
+    pairs = 0
+    while pairs == 0 or min(spent.values()) < seconds:
+        for kind in (keyed_first, not keyed_first):
+            elapsed, loop_cpu = asyncio.run(_publish_seconds(keyed if kind else keyless))
+            spent[kind] += elapsed
+            cpu[kind] += loop_cpu
+        pairs += 1
+    return {
+        "without_keys": pairs * len(keyless) / spent[False],
+        "with_keys": pairs * len(keyed) / spent[True],
+        "cpu_us_without_keys": cpu[False] / (pairs * len(keyless)) * 1e6,
+        "cpu_us_with_keys": cpu[True] / (pairs * len(keyed)) * 1e6,
+    }
+
+
+def throughput(messages: int, rounds: int = 9, round_seconds: float = 1.0) -> dict[str, object]:
+    """``rounds`` rounds (`_round`), each run on a fresh topic of ``messages`` entries; which
+    kind goes first alternates from round to round (a drift of the shared machine weighs on both
+    alike). The figure is the median of the rounds' keyed / keyless ratios, with their spread;
+    the rates are the medians of the rounds'. ``msgs_per_s_no_window``: keyless entries on a
+    topic without a window at all (one run per round), for reference."""
+    keyless = _entries(messages, keyed=False)
+    keyed = _entries(messages, keyed=True)
+    asyncio.run(_publish_seconds(keyed))  # warm-up (imports, first allocations): not counted
+    per_round = []
+    no_window = []
+    for number in range(rounds):
+        per_round.append(_round(keyless, keyed, round_seconds, keyed_first=number % 2 == 1))
+        no_window.append(messages / asyncio.run(_publish_seconds(keyless, window_on=False))[0])
+    ratios = sorted(r["with_keys"] / r["without_keys"] for r in per_round)
     return {
         "messages": messages,
-        "msgs_per_s_no_window": max(no_window),
-        "msgs_per_s_without_keys": max(without),
-        "msgs_per_s_with_keys": max(keyed),
-        "ratio": max(keyed) / max(without),
-        "ratio_per_round_min_median_max": [ratios[0], ratios[len(ratios) // 2], ratios[-1]],
+        "rounds": rounds,
+        "round_seconds": round_seconds,
+        "msgs_per_s_no_window": statistics.median(no_window),
+        "msgs_per_s_without_keys": statistics.median(r["without_keys"] for r in per_round),
+        "msgs_per_s_with_keys": statistics.median(r["with_keys"] for r in per_round),
+        "ratio": statistics.median(ratios),
+        "ratio_per_round_min_median_max": [ratios[0], statistics.median(ratios), ratios[-1]],
+        "ratio_per_round": [r["with_keys"] / r["without_keys"] for r in per_round],
+        # The event loop's CPU per message (a shared machine's other load weighs less on it).
+        "loop_cpu_us_per_msg_without_keys": statistics.median(
+            r["cpu_us_without_keys"] for r in per_round
+        ),
+        "loop_cpu_us_per_msg_with_keys": statistics.median(
+            r["cpu_us_with_keys"] for r in per_round
+        ),
     }
 
 
@@ -209,11 +260,21 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--replay", type=int, default=10_000)
-    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--messages", type=int, default=20_000, help="entries per run")
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument(
+        "--round-seconds", type=float, default=1.0, help="publishing time per kind per round"
+    )
+    parser.add_argument(
+        "--skip-memory", action="store_true", help="the throughput figures only (faster)"
+    )
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
         print(json.dumps(memory(args.keys)))
+        return
+    if args.skip_memory:
+        print(json.dumps(throughput(args.messages, args.rounds, args.round_seconds), indent=2))
         return
     child = subprocess.run(
         [sys.executable, __file__, "--memory-child", "--keys", str(args.keys)],
@@ -222,7 +283,7 @@ def main() -> None:
         text=True,
     )
     memory_figures = json.loads(child.stdout)
-    throughput_figures = throughput(args.messages)
+    throughput_figures = throughput(args.messages, args.rounds, args.round_seconds)
     report = {
         "goals": {  # issue #26 item 6, side by side with this run's figures
             "keyed_over_unkeyed_throughput": {

@@ -7,7 +7,9 @@ from cpython.mem cimport PyMem_Realloc
 cdef extern from "Python.h":
     object _PyLong_FromByteArray(const unsigned char *data, size_t n, int little_endian,
                                  int is_signed)
-    object PyUnicode_DecodeASCII(const char *data, Py_ssize_t size, const char *errors)
+    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
+    void *PyUnicode_DATA(object text)
+    object _PyDict_NewPresized(Py_ssize_t minused)
 
 cdef const char *_HEX = b"0123456789abcdef"
 
@@ -152,17 +154,29 @@ cdef class KeyTable:
         return 0
 
     cdef int _allocate_cells(self, Py_ssize_t ncells) except -1:
+        """A new index of ``ncells`` cells holding every cell of the old one. The old cells are
+        read in order and each goes to its home under the new mask (its upper half holds the
+        bits the home is made of), so the writes run in two ascending streams: re-inserting
+        in slot order wrote to random cells, a cache miss per key at each growth of a large
+        window, and read every digest from the ring (issue #26 item 6)."""
         cdef uint64_t *cells = <uint64_t *>PyMem_Malloc(ncells * sizeof(uint64_t))
-        cdef int64_t seq
+        cdef uint64_t *old = self._cells
+        cdef Py_ssize_t i, cell, mask = ncells - 1
+        cdef uint64_t value
         if not cells:
             raise MemoryError()
         memset(cells, 0xFF, ncells * sizeof(uint64_t))  # every cell empty
-        PyMem_Free(self._cells)
+        for i in range(self._ncells):
+            value = old[i]
+            if <uint32_t>value == _EMPTY:
+                continue
+            cell = <Py_ssize_t>((value >> 32) & <uint64_t>mask)
+            while <uint32_t>cells[cell] != _EMPTY:
+                cell = (cell + 1) & mask
+            cells[cell] = value
+        PyMem_Free(old)
         self._cells = cells
         self._ncells = ncells
-        for seq in range(self._head, self._tail):
-            if self._ledgers[seq % self._capacity] != _DEAD_LEDGER:
-                self._insert(seq)
         return 0
 
     cdef inline uint8_t *_digest_at(self, int64_t seq) noexcept:
@@ -278,7 +292,9 @@ cdef class KeyTable:
     def snapshot_properties(self, str prefix not None):
         """PyKeyTable.snapshot_properties: ``{prefix + digest.hex(): packed location}`` of the
         durable slots, oldest first, built here (the snapshot's per-key work, on the loop)."""
-        cdef dict properties = {}
+        # Sized for every durable key at once: grown insert by insert, a 100k-key snapshot
+        # rehashed the dict ~17 times (it runs on the loop; issue #26 item 6).
+        cdef dict properties = _PyDict_NewPresized(self.durable)
         cdef bytes head = prefix.encode("ascii")
         cdef Py_ssize_t head_size = PyBytes_GET_SIZE(head), at, i
         cdef int64_t seq, ms = 0, ledger, entry
@@ -319,7 +335,9 @@ cdef class KeyTable:
                     packed[16 + i] = <unsigned char>(high >> (8 * i))
                 packed[24] = <unsigned char>(<uint64_t>ledger >> 62)
                 value = _PyLong_FromByteArray(packed, 25, 1, 0)
-            properties[PyUnicode_DecodeASCII(name, head_size + 2 * _DIGEST, NULL)] = value
+            text = PyUnicode_New(head_size + 2 * _DIGEST, 127)  # ASCII by construction
+            memcpy(PyUnicode_DATA(text), name, head_size + 2 * _DIGEST)
+            properties[text] = value
         return properties
 
     def add(self, bytes digest not None, double stamp):

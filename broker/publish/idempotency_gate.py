@@ -12,6 +12,9 @@ object) and ``IdempotencyWindow.reserve_one`` (the clock, the stamp guard, the t
 buffer straight into the table) when the extension is in use, with the same answers
 (tests/broker/publish/test_idempotency_gate.py compares both).
 
+The gate also settles: `PyKeyGate.persist_group` makes a durable group's keys durable in one
+call per group commit (the compiled one reads each position as the tuple it is).
+
 The gate holds the state the step reads and writes: the key table (the shared empty one until
 the first key, ``_shared``), the clock, the last stamp (stamps never go backwards: a wall-clock
 step back would reorder the window) and the window's two limits.
@@ -19,8 +22,8 @@ step back would reorder the window) and the window's two limits.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from broker.publish.idempotency_table import KeyTable, PyKeyTable
 from protocol._accel import speedups
@@ -83,6 +86,29 @@ class PyKeyGate:
         if isinstance(quick, bytes):
             return self.reserve_key(quick)
         return quick
+
+    def persist_group(self, group: Sequence[Any]) -> None:
+        """The keys of a durable group (publications with a ``ticket`` and their ``position``,
+        in append order) become durable: a single key's slot here, as
+        `IdempotencyWindow.on_keys_persisted` does for an int ticket (persist, then evict down
+        to ``max_keys``); any other ticket through ``on_keys_persisted`` itself."""
+        table = self._table
+        max_keys = self._max_keys
+        for write in group:
+            ticket = write.ticket
+            if ticket is None:
+                continue
+            position = write.position
+            if type(ticket) is int:
+                table.persist(ticket, position[0], position[1], 0)
+                if table.durable > max_keys:
+                    table.evict_over(max_keys)
+            else:
+                self.on_keys_persisted(ticket, position)
+
+    def on_keys_persisted(self, ticket: Any, position: Any) -> None:
+        """The window's (`IdempotencyWindow.on_keys_persisted`): a batch's ticket."""
+        raise NotImplementedError
 
 
 def _choose() -> type[PyKeyGate]:

@@ -70,7 +70,6 @@ from broker.publish.idempotency_table import (
     DURABLE,
     IN_FLIGHT,
     STAMP_MASK,
-    PyKeyTable,
     pack_location,
     stamp_ms,
     unpack_location,
@@ -363,14 +362,9 @@ class IdempotencyWindow(KeyGate):
 
     def on_entries_persisted(self, count: int, last: Position) -> None:
         """`on_persisted` of ``count`` entries without tickets, the last at ``last``: a group
-        commit's in one call (entries with tickets also go through `on_keys_persisted`)."""
+        commit's in one call (their tickets went through `persist_group` just before)."""
         self._last_persisted_position = last
         self._entries_since_snapshot += count
-
-    def durable_keys(self) -> tuple[PyKeyTable, int]:
-        """The table and ``max_keys`` a group's settling persists single keys into
-        (`broker.publish.settle`: as `on_keys_persisted` does for an int ticket)."""
-        return self._table, self._config.max_keys
 
     def on_keys_persisted(self, ticket: Ticket | int, position: Position) -> None:
         """The keys part of `on_persisted`: the ticket's keys are durable at ``position``."""

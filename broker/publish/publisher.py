@@ -383,13 +383,11 @@ class Publisher:
         dedup = self.dedup
         window = self.idempotency
         latency = self._stats.publish_latency_ms
-        if window is None:
-            counts, total = settle_durable(group, time.monotonic(), latency.bounds, None, 0, None)
-        else:
-            table, max_keys = window.durable_keys()
-            counts, total = settle_durable(
-                group, time.monotonic(), latency.bounds, table, max_keys, window.on_keys_persisted
-            )
+        if window is not None:
+            # The group's keys become durable before any of it is answered (the window's own
+            # loop, compiled: one call per group; settling then needs no table).
+            window.persist_group(group)
+        counts, total = settle_durable(group, time.monotonic(), latency.bounds, None, 0, None)
         latency.observe_counted(counts, total)
         if dedup is not None:
             move_dedup_marks(dedup, group)

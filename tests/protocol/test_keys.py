@@ -72,6 +72,15 @@ def test_digest_is_blake2b_128(data: bytes) -> None:
     assert _speedups.key_digest(bytearray(data)) == expected
 
 
+def test_digest_at_every_length_across_block_and_word_edges() -> None:
+    """The last block's words are assembled from the input (zero padding in registers): every
+    length from 0 to 3 blocks, so each partial word and block edge (127, 128, 129, 256) is hit."""
+    data = bytes(range(256)) + bytes(range(255, -1, -1))
+    for size in range(3 * 128 + 1):
+        expected = hashlib.blake2b(data[:size], digest_size=16).digest()
+        assert _speedups.key_digest(data[:size]) == expected, size
+
+
 @settings(max_examples=800, deadline=None)
 @given(metadata(), st.binary(max_size=20), st.integers(0, 8))
 def test_metadata_scan_agrees_with_the_reference_and_upb(

@@ -5,6 +5,7 @@ tables; and each answer is what quick_key and the table's reserve say of the ent
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -145,3 +146,93 @@ def test_the_window_answers_a_live_key_found_by_reserve_entry() -> None:
     keyless_entry = encode_entry(keyless, b"")
     answer = window.reserve_entry(keyless_entry, MAX_KEYED_HEADER_BYTES, MAX_KEYED_PROPERTIES)
     assert answer is False
+
+
+class _PyRecording(PyKeyGate):
+    """The reference gate, recording the tickets it hands to the window."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[object, Position]] = []
+
+    def on_keys_persisted(self, ticket: object, position: Position) -> None:
+        self.calls.append((ticket, position))
+
+
+class _CompiledRecording(_speedups.KeyGate):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.calls: list[tuple[object, Position]] = []
+
+    def on_keys_persisted(self, ticket: object, position: Position) -> None:
+        self.calls.append((ticket, position))
+
+
+class _Write:
+    """A publication other than the compiled class (settling takes any with these fields)."""
+
+    def __init__(self, ticket: object, position: Position) -> None:
+        self.ticket = ticket
+        self.position = position
+
+
+# One publication of a durable group: its key (None: keyless; "batch": a batch's ticket,
+# which goes to the window), and which class carries it.
+group_writes = st.lists(
+    st.tuples(st.sampled_from(["a", "b", "c", "d", "e", "f", None, "batch"]), st.booleans()),
+    max_size=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(group_writes, max_size=4))
+def test_persist_group_matches_the_reference(groups: list[list[tuple[str | None, bool]]]) -> None:
+    """Groups of keyed, keyless and batch publications settle to the same tables (slots,
+    locations, evictions at max_keys 4) and hand the same batch tickets to the window."""
+    clock = _Clock()
+    gates: list[_PyRecording | _CompiledRecording] = [_CompiledRecording(), _PyRecording()]
+    for gate in gates:
+        gate._init_gate(clock, 5.0, 4)
+    entry_id = 0
+    for writes in groups:
+        built: list[list[object]] = [[], []]
+        for key, compiled_class in writes:
+            position = Position(3, entry_id)
+            entry_id += 1
+            for side, gate in enumerate(gates):
+                ticket: object = None
+                if key == "batch":
+                    ticket = ("batch", entry_id)
+                elif key is not None:
+                    slot = gate.reserve_key(key_digest(key.encode()))
+                    ticket = slot if slot >= 0 else None  # a live key: answered, not staged
+                if compiled_class:
+                    write: Any = _speedups.Publication(None, 0, b"", -1, 0.0, None, None)
+                    write.position, write.ticket = position, ticket
+                else:
+                    write = _Write(ticket, position)
+                built[side].append(write)
+        for side, gate in enumerate(gates):
+            gate.persist_group(built[side])
+        compiled, reference = gates
+        assert compiled.calls == reference.calls
+        assert len(compiled._table) == len(reference._table)
+        assert compiled._table.durable == reference._table.durable
+        assert compiled._table.evicted == reference._table.evicted
+        for key in "abcdef":
+            found = compiled._table.find(key_digest(key.encode()))
+            assert found == reference._table.find(key_digest(key.encode()))
+            if found >= 0:
+                assert compiled._table.state(found) == reference._table.state(found)
+                assert compiled._table.location(found) == reference._table.location(found)
+
+
+def test_persist_group_makes_a_single_key_durable_where_it_was_written() -> None:
+    window = IdempotencyWindow(WindowConfig(window_seconds=60, max_keys=10), _Clock())
+    slot = window.reserve_key(key_digest(b"k"))
+    assert slot >= 0
+    write: Any = _speedups.Publication(None, 0, b"", -1, 0.0, None, None)
+    write.position, write.ticket = Position(5, 6), slot
+    keyless: Any = _speedups.Publication(None, 0, b"", -1, 0.0, None, None)
+    keyless.position = Position(5, 7)
+    window.persist_group([write, keyless])
+    assert window.original_of("k") == (Position(5, 6), 0)
+    assert window.stats()["keysInFlight"] == 0
