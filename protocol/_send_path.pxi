@@ -132,37 +132,15 @@ cdef class Publication:
 
 # A durable group's settling, compiled (issue #26). The reference is broker/publish/settle.py:
 # py_settle_durable. Per publication the Python loop paid a latency observation (a method call
-# and a bisect), the ticket test, the key's persist and eviction check (two calls into the
-# window and one into its table) and the ``done`` store; here it is one call per group.
+# and a bisect) and the ``done`` store; here it is one call per group. (A group's idempotency
+# keys are made durable just before, by the window: ``KeyGate.persist_group``.)
 
-cdef inline int _persist_key(object ticket, object position, object table, KeyTable keys,
-                             Py_ssize_t max_keys, object on_keys_persisted) except -1:
-    """`IdempotencyWindow.on_keys_persisted` of a ticket (``table`` is not None)."""
-    cdef int64_t ledger_id, entry_id
-    if type(ticket) is int:  # `reserve_one`'s: one key, batch index 0
-        ledger_id = position[0]
-        entry_id = position[1]
-        if keys is not None:
-            keys._persist(ticket, ledger_id, entry_id, 0)
-            if keys.durable > max_keys:
-                keys._evict_over(max_keys)
-        else:
-            table.persist(ticket, ledger_id, entry_id, 0)
-            if table.durable > max_keys:
-                table.evict_over(max_keys)
-    else:
-        on_keys_persisted(ticket, position)
-    return 0
-
-
-def settle_durable(list group not None, double durable_at, tuple bounds not None, table,
-                   Py_ssize_t max_keys, on_keys_persisted):
+def settle_durable(list group not None, double durable_at, tuple bounds not None):
     """``broker.publish.settle.py_settle_durable``: the same stores, calls and tally."""
     cdef Py_ssize_t nbounds = len(bounds), b
     cdef double latency, total = 0.0
     cdef double *limits = <double *>PyMem_Malloc((nbounds + 1) * sizeof(double))
     cdef Py_ssize_t *tally = <Py_ssize_t *>PyMem_Malloc((nbounds + 1) * sizeof(Py_ssize_t))
-    cdef KeyTable keys = table if type(table) is KeyTable else None
     cdef Publication typed
     try:
         if limits == NULL or tally == NULL:
@@ -176,20 +154,16 @@ def settle_durable(list group not None, double durable_at, tuple bounds not None
                 typed = <Publication>write
                 position = typed.position
                 latency = (durable_at - typed.staged_at) * 1000.0
-                ticket = typed.ticket
                 future = typed.future
             else:
                 position = write.position
                 latency = (durable_at - <double>write.staged_at) * 1000.0
-                ticket = write.ticket
                 future = write.future
             b = 0  # bisect_left: the first bound >= latency (a handful of bounds: a scan)
             while b < nbounds and limits[b] < latency:
                 b += 1
             tally[b] += 1
             total += latency
-            if ticket is not None and table is not None:
-                _persist_key(ticket, position, table, keys, max_keys, on_keys_persisted)
             if future is not None:
                 write.resolve(position)
             elif type(write) is Publication:  # a connection's SEND: `resolve` without the future

@@ -387,7 +387,7 @@ class Publisher:
             # The group's keys become durable before any of it is answered (the window's own
             # loop, compiled: one call per group; settling then needs no table).
             window.persist_group(group)
-        counts, total = settle_durable(group, time.monotonic(), latency.bounds, None, 0, None)
+        counts, total = settle_durable(group, time.monotonic(), latency.bounds)
         latency.observe_counted(counts, total)
         if dedup is not None:
             move_dedup_marks(dedup, group)

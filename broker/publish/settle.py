@@ -2,8 +2,9 @@
 it gave them (``Publisher._flush_loop``), then settling the durable group (``_complete``).
 
 Settling: for every publication of a group, in append order, its publish latency is tallied
-against the histogram's bounds, its new idempotency keys become durable at its position (issue
-#16), and it is marked done (a connection's SEND) or its future resolved (``Topic.publish``).
+against the histogram's bounds and it is marked done (a connection's SEND) or its future
+resolved (``Topic.publish``). The group's new idempotency keys (issue #16) became durable just
+before, in one call of the window (``KeyGate.persist_group``).
 
 Each ``py_*`` function is the reference of the compiled one of the same name without the prefix
 (``protocol/_send_path.pxi``), used when the extension is in use: the same stores, calls and
@@ -15,18 +16,16 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from protocol._accel import speedups
 
 if TYPE_CHECKING:
     from broker.publish.dedup import MessageDeduplication
-    from broker.publish.idempotency_window import Ticket
     from broker.publish.publication import Publication
     from broker.storage import Position
 
 __all__ = [
-    "DurableKeys",
     "group_entries",
     "move_dedup_marks",
     "place_group",
@@ -38,31 +37,15 @@ __all__ = [
 ]
 
 
-class DurableKeys(Protocol):
-    """What settling needs of the window's key table (`PyKeyTable` and the compiled one)."""
-
-    durable: int
-
-    def persist(self, seq: int, ledger_id: int, entry_id: int, batch_index: int) -> bool: ...
-
-    def evict_over(self, max_keys: int) -> int: ...
-
-
 def py_settle_durable(
-    group: list[Publication],
-    durable_at: float,
-    bounds: tuple[float, ...],
-    table: DurableKeys | None,
-    max_keys: int,
-    on_keys_persisted: Callable[[Ticket | int, Position], None] | None,
+    group: list[Publication], durable_at: float, bounds: tuple[float, ...]
 ) -> tuple[list[int], float]:
     """Settle every publication of ``group`` (each has its position) as durable.
 
     Returns the latencies in milliseconds since each was staged, as ``Buckets.observe`` would
     count them against ``bounds`` (one count per bucket, the last above every bound) and their
-    sum. A single key's ticket (a slot of ``table``) is persisted here, then the table evicts
-    down to ``max_keys`` (as `IdempotencyWindow.on_keys_persisted`); any other ticket goes to
-    ``on_keys_persisted``. ``table`` is None when the topic checks no keys."""
+    sum. The group's idempotency keys were made durable just before (the window's
+    ``persist_group``)."""
     counts = [0] * (len(bounds) + 1)
     total = 0.0
     for write in group:
@@ -71,15 +54,6 @@ def py_settle_durable(
         latency = (durable_at - write.staged_at) * 1000.0
         counts[bisect_left(bounds, latency)] += 1
         total += latency
-        ticket = write.ticket
-        if ticket is not None and table is not None:
-            if type(ticket) is int:
-                table.persist(ticket, position[0], position[1], 0)
-                if table.durable > max_keys:
-                    table.evict_over(max_keys)
-            else:
-                assert on_keys_persisted is not None
-                on_keys_persisted(ticket, position)
         if write.future is None:  # a connection's SEND: `resolve` without the future
             write.done = True
         else:
@@ -132,17 +106,7 @@ def py_move_dedup_marks(dedup: MessageDeduplication[Position], group: list[Publi
         dedup.on_persisted(run_name, run_highest, run_end, run_count)
 
 
-SettleDurable = Callable[
-    [
-        list["Publication"],
-        float,
-        tuple[float, ...],
-        DurableKeys | None,
-        int,
-        Callable[["Ticket | int", "Position"], None] | None,
-    ],
-    tuple[list[int], float],
-]
+SettleDurable = Callable[[list["Publication"], float, tuple[float, ...]], tuple[list[int], float]]
 
 
 _compiled: Any = speedups()

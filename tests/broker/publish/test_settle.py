@@ -1,7 +1,7 @@
 """The group commit's loops (`broker.publish.settle`): each compiled one against its reference on
-the same groups (entries, positions, PIP-6 marks; latency tally, keys persisted and evicted, done
-flags and futures), the compiled `Publication` against `PyPublication`, and a real topic whose
-keyed and keyless entries are settled through them."""
+the same groups (entries, positions, PIP-6 marks; latency tally, done flags and futures), the
+compiled `Publication` against `PyPublication`, and a real topic whose keyed and keyless entries
+are settled through them (the keys themselves: `KeyGate.persist_group`, test_idempotency_gate)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.publish.idempotency_table import PyKeyTable
-from broker.publish.idempotency_window import Ticket
 from broker.publish.producers import Producer
 from broker.publish.publication import PyPublication
 from broker.publish.settle import (
-    DurableKeys,
     py_group_entries,
     py_move_dedup_marks,
     py_place_group,
@@ -31,15 +28,14 @@ from protocol import _speedups
 from tests.broker.publish.test_idempotency_topic import config, open_topic, single
 from tests.broker.topics.test_topic_dedup import connect
 
-# One publication: its age in ms when the group is durable, its ticket ("key": a new slot of
-# the table, "batch": a batch's Ticket, None: keyless), and whether a caller awaits a future.
+# One publication: its age in ms when the group is durable, and whether a caller awaits a
+# future.
 writes = st.lists(
     st.tuples(
         st.one_of(
             st.sampled_from([0.0, *LATENCY_MS_BOUNDS, 1e9]),
             st.floats(0, 5000, allow_nan=False),
         ),
-        st.sampled_from(["key", "batch", None]),
         st.booleans(),
     ),
     min_size=1,
@@ -49,82 +45,50 @@ writes = st.lists(
 
 @dataclass
 class _Side:
-    """One side of the comparison: its table, group, and the calls made for batch tickets."""
+    """One side of the comparison: its group and the futures of its awaited publications."""
 
-    table: Any
     group: list[Any]
     futures: list[asyncio.Future[Position | None] | None]
-    batch_calls: list[tuple[Ticket | int, Position]]
 
 
-def _side(
-    table: Any,
-    spec: list[tuple[float, str | None, bool]],
-    loop: Any,
-    kind: type[Any] = PyPublication,
-) -> _Side:
+def _side(spec: list[tuple[float, bool]], loop: Any, kind: type[Any] = PyPublication) -> _Side:
     group: list[Any] = []
     futures: list[asyncio.Future[Position | None] | None] = []
-    for number, (age_ms, ticket, awaited) in enumerate(spec):
+    for number, (age_ms, awaited) in enumerate(spec):
         future: asyncio.Future[Position | None] | None = loop.create_future() if awaited else None
         write = kind(cast(Producer, None), number, b"", -1, 100.0 - age_ms / 1000, None, future)
         write.position = Position(3, number)
-        if ticket == "key":
-            write.ticket = table.add(number.to_bytes(16, "big"), float(number))
-        elif ticket == "batch":
-            write.ticket = Ticket(-1, None, 0)
         group.append(write)
         futures.append(future)
-    return _Side(table, group, futures, [])
+    return _Side(group, futures)
 
 
-def _settle(side: _Side, compiled: bool, max_keys: int) -> tuple[list[int], float]:
+def _settle(side: _Side, compiled: bool) -> tuple[list[int], float]:
     settle = _speedups.settle_durable if compiled else py_settle_durable
-    table = cast(DurableKeys, side.table)
-    result: tuple[list[int], float] = settle(
-        side.group,
-        100.0,
-        LATENCY_MS_BOUNDS,
-        table,
-        max_keys,
-        lambda ticket, position: side.batch_calls.append((ticket, position)),
-    )
+    result: tuple[list[int], float] = settle(side.group, 100.0, LATENCY_MS_BOUNDS)
     return result
 
 
 def _state(side: _Side) -> tuple[object, ...]:
-    table = side.table
-    slots = [(seq, table.location(seq)) for seq in table.durable_slots()]
-    found = [table.find(number.to_bytes(16, "big")) for number in range(len(side.group))]
     return (
-        table.durable,
-        table.evicted,
-        len(table),
-        slots,
-        found,
         [w.done for w in side.group if w.future is None],
         [f.result() for f in side.futures if f is not None],
-        [(type(t).__name__, p) for t, p in side.batch_calls],
     )
 
 
 @settings(max_examples=300, deadline=None)
-@given(writes, st.integers(0, 12))
+@given(writes)
 def test_the_compiled_settling_stores_and_counts_as_the_reference(
-    spec: list[tuple[float, str | None, bool]], max_keys: int
+    spec: list[tuple[float, bool]],
 ) -> None:
     loop = asyncio.new_event_loop()
     try:
-        reference = _side(PyKeyTable(), spec, loop)
-        expected = _settle(reference, compiled=False, max_keys=max_keys)
-        # The compiled loop on the compiled table and class, and on others (by their methods).
-        for table, kind in (
-            (_speedups.KeyTable(), _speedups.Publication),
-            (PyKeyTable(), PyPublication),
-            (_speedups.KeyTable(), PyPublication),
-        ):
-            side = _side(table, spec, loop, kind)
-            assert _settle(side, compiled=True, max_keys=max_keys) == expected
+        reference = _side(spec, loop)
+        expected = _settle(reference, compiled=False)
+        # The compiled loop on the compiled class, and on the reference's (by its fields).
+        for kind in (_speedups.Publication, PyPublication):
+            side = _side(spec, loop, kind)
+            assert _settle(side, compiled=True) == expected
             assert _state(side) == _state(reference)
     finally:
         loop.close()
@@ -163,13 +127,13 @@ def test_the_compiled_publication_behaves_as_the_reference() -> None:
 
 def test_the_tally_is_what_observe_would_count() -> None:
     ages = [0.0, 0.5, 0.50001, 1.0, 7.0, 1000.0, 1e6]
-    spec: list[tuple[float, str | None, bool]] = [(age, None, False) for age in ages]
+    spec: list[tuple[float, bool]] = [(age, False) for age in ages]
     one_by_one = Buckets(LATENCY_MS_BOUNDS)
     for age in ages:
         one_by_one.observe((100.0 - (100.0 - age / 1000)) * 1000)
     for compiled in (False, True):
         counted = Buckets(LATENCY_MS_BOUNDS)
-        counts, total = _settle(_side(None, spec, None), compiled, 0)
+        counts, total = _settle(_side(spec, None), compiled)
         counted.observe_counted(counts, total)
         counted.observe_counted(counts, total)  # a second group adds to the first
         assert counted.snapshot().counts == tuple(2 * c for c in one_by_one.snapshot().counts)
