@@ -54,7 +54,7 @@ class BatchCutter:
         self.count = 0
         self.bytes = 0
 
-    def split(self, sizes: Sequence[int]) -> list[int]:
+    def split(self, sizes: Sequence[int], uniform: int | None = None) -> list[int]:
         """Rows of ``sizes`` bytes join the batch in progress in order: the positions (0 ..
         ``len(sizes)``) where a batch ends, as ``closes_before``/``add`` would cut them one row
         at a time (``split_each``, the reference). The rows after the last position stay in
@@ -65,9 +65,15 @@ class BatchCutter:
         in C by ``itertools.accumulate``) the row where a batch reaches ``max_bytes`` is found
         by bisection, and the count limit is arithmetic. Row sizes are positive (each counts
         ``RECORD_OVERHEAD``), so the totals increase strictly and the bisection is exact.
+        ``uniform``: every size is that one (the caller knows; ``rows.Columns.uniform``), so
+        the totals are a ``range`` (bisected in C as well) and no list is built.
         """
         n = len(sizes)
-        totals = [0, *itertools.accumulate(sizes)]  # totals[i]: bytes of rows before i
+        totals: Sequence[int]  # totals[i]: bytes of rows before i
+        if uniform is not None:
+            totals = range(0, (n + 1) * uniform, uniform)
+        else:
+            totals = [0, *itertools.accumulate(sizes)]
         max_messages, max_bytes = self.max_messages, self.max_bytes
         ends: list[int] = []
         count, held = self.count, self.bytes  # the batch in progress before ``begin``

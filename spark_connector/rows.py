@@ -5,6 +5,10 @@ topic, partition, event time, properties), converted from Arrow a whole column a
 (``to_pylist`` runs in C), plus each row's estimated size in a batch entry (computed by
 ``pyarrow.compute``). The sink's send loop indexes these lists; no per-row object is built
 except for the rare row the replay guard compares (``Columns.row``: a ``SinkRow``).
+
+When every row of a chunk has one estimated size (rows of one length: the usual case), that
+size is ``uniform`` and ``sizes`` is built as ``[size] * count`` instead of one integer per
+row from Arrow; the batch cutter then cuts by arithmetic (``batches.BatchCutter.split``).
 """
 
 from __future__ import annotations
@@ -44,7 +48,17 @@ def properties_size(properties: dict[str, str] | None) -> int:
 class Columns:
     """One chunk of rows, column-wise; a role the input lacks is None (all rows null)."""
 
-    __slots__ = ("count", "events", "keys", "partitions", "properties", "sizes", "topics", "values")
+    __slots__ = (
+        "count",
+        "events",
+        "keys",
+        "partitions",
+        "properties",
+        "sizes",
+        "topics",
+        "uniform",
+        "values",
+    )
 
     def __init__(self, batch: pa.RecordBatch, plan: dict[str, int]) -> None:
         self.count: int = batch.num_rows
@@ -70,13 +84,21 @@ class Columns:
         self.properties: list[dict[str, str] | None] | None = (
             None if props is None else [dict(p) if p else None for p in props.to_pylist()]
         )
+        self.uniform: int | None = None
         self.sizes: list[int] = self._sizes(value, key)
 
     def _sizes(self, value: pa.Array, key: pa.Array | None) -> list[int]:
-        """Each row's estimated bytes in a batch entry (``batches``), vectorized."""
+        """Each row's estimated bytes in a batch entry (``batches``), vectorized; sets
+        ``uniform`` when they are all equal."""
         total = pc.add(pc.fill_null(pc.binary_length(value), 0), RECORD_OVERHEAD)
         if key is not None:
             total = pc.add(total, pc.fill_null(pc.binary_length(key), 0))
+        if self.properties is None and self.count:
+            bounds = pc.min_max(total)
+            low, high = bounds["min"].as_py(), bounds["max"].as_py()
+            if low == high:
+                self.uniform = low
+                return [low] * self.count
         sizes: list[int] = total.to_pylist()
         if self.properties is not None:
             sizes = [s + properties_size(p) for s, p in zip(sizes, self.properties, strict=True)]

@@ -134,10 +134,11 @@ class TargetBatch:
         """Queue ``rows`` of ``columns`` (row ``r`` has sequence id ``id0 + r``) and send the
         batches they complete (a group at a time: see the module docstring)."""
         sizes: Sequence[int] = columns.sizes
+        uniform = columns.uniform
         if not (isinstance(rows, range) and len(rows) == columns.count):
-            sizes = [sizes[r] for r in rows]
+            sizes = [uniform] * len(rows) if uniform is not None else [sizes[r] for r in rows]
         begin = 0
-        for end in self.cutter.split(sizes):
+        for end in self.cutter.split(sizes, uniform):
             self._take(columns, rows[begin:end], id0)
             self._completed()
             begin = end

@@ -4,6 +4,7 @@ must never change), and the compiled ``row_hashes`` against the reference on gen
 
 from __future__ import annotations
 
+import random
 import struct
 
 import pytest
@@ -99,3 +100,45 @@ def test_hash_order_refuses_a_short_buffer(order: object) -> None:
         order(struct.pack("=2Q", 1, 2), 1, 2)  # type: ignore[operator]
     with pytest.raises(ValueError, match=">= 0"):
         order(b"", 0, -1)  # type: ignore[operator]
+
+
+def _reference_order(hashes: list[int]) -> tuple[bytes, bool]:
+    return py_hash_order(struct.pack(f"={len(hashes)}Q", *hashes), 0, len(hashes))
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 1000, 70_000, 100_000])
+def test_hash_order_of_uniform_hashes_at_task_sizes(count: int) -> None:
+    """Uniform hashes (the bucket sort's case: up to 2^16 buckets) at the sizes a sink task
+    sorts, with a few equal ones among them, give the reference's order and tie verdict."""
+    rng = random.Random(count)
+    hashes = [rng.getrandbits(64) for _ in range(count)]
+    for at in range(0, count, 997):  # some ties, far apart
+        hashes[at] = hashes[at // 2]
+    raw = struct.pack(f"={count}Q", *hashes)
+    assert _speedups.hash_order(raw, 0, count) == _reference_order(hashes)
+
+
+@pytest.mark.parametrize("shared_bits", [16, 40, 64])
+def test_hash_order_of_crowded_buckets_falls_back_alike(shared_bits: int) -> None:
+    """Hashes sharing their top bits crowd one bucket past its bound (the LSD sort takes
+    over): still the reference's order, ties included."""
+    rng = random.Random(shared_bits)
+    prefix = rng.getrandbits(shared_bits) << (64 - shared_bits)
+    low = (1 << (64 - shared_bits)) - 1
+    hashes = [prefix | (rng.getrandbits(64) & low) for _ in range(3000)]
+    hashes += hashes[:50]  # ties
+    rng.shuffle(hashes)
+    raw = struct.pack(f"={len(hashes)}Q", *hashes)
+    assert _speedups.hash_order(raw, 0, len(hashes)) == _reference_order(hashes)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_compiled_equals_reference_on_long_values_of_mixed_lengths(wide: bool) -> None:
+    """Values long enough for many words hashed four at a time in lockstep, of lengths that
+    differ inside a four (each finishes alone from the shortest one's last whole word)."""
+    rng = random.Random(25)
+    values = [rng.randbytes(rng.choice([0, 7, 8, 9, 100, 101, 257])) for _ in range(1003)]
+    offsets, raw = column(values, wide)
+    for first, count in ((0, 1003), (1, 1000), (5, 3), (1003, 0)):
+        compiled = _speedups.row_hashes(offsets, raw, first, count, wide)
+        assert compiled == py_row_hashes(offsets, raw, first, count, wide)

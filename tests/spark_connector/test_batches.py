@@ -91,3 +91,22 @@ def test_uniform_rows_cut_by_count_and_by_bytes() -> None:
     by_bytes = BatchCutter(1000, 10_000)
     assert by_bytes.split([132] * 200) == [75, 150]  # 76 rows would pass 10 000 bytes
     assert BatchCutter(10, 100).split([40, 200, 40]) == [1, 2]  # a big row goes alone
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 400), st.integers(0, 40)), max_size=6),
+    st.integers(1, 10),
+    st.integers(1, 1200),
+)
+def test_split_of_rows_of_one_size_cuts_as_the_reference(
+    chunks: list[tuple[int, int]], max_messages: int, max_bytes: int
+) -> None:
+    """``split(sizes, uniform)`` (running totals as a ``range``, no list) cuts chunks of
+    equal rows where ``split_each`` does, carrying the same batch from chunk to chunk, also
+    when the size changes between chunks."""
+    fast = BatchCutter(max_messages, max_bytes)
+    reference = BatchCutter(max_messages, max_bytes)
+    for size, count in chunks:
+        assert fast.split([size] * count, size) == reference.split_each([size] * count)
+        assert (fast.count, fast.bytes) == (reference.count, reference.bytes)
