@@ -47,7 +47,9 @@ class Scale:
     runs: int = 3
     dd_mib: int = 1024
     append_seconds: float = 3.0
-    p1_messages: int = 2_000_000  # batches of 1000 x 100 B: 200 MB per run
+    # Batches of 1000 x 100 B: 1 GB per run, what dd writes (dd_mib). At 200 MB (earlier builds)
+    # a run lasted 0.2 s, and its start (connection, producer, window fill) weighed on it.
+    p1_messages: int = 10_000_000
     p2_messages: int = 300_000
     p4_seconds: float = 10.0
     p5_messages: int = 1_000_000  # batches of 100 x 100 B
