@@ -22,6 +22,16 @@ def met(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
+def _tail_edges(p5: dict[str, Any]) -> str:
+    """The tailing ratio's two edges (``scenarios._TailRun``), when the run recorded them."""
+    if "tailing_end_lag_ms" not in p5:
+        return ""
+    return (
+        f" (first dispatch {figure(p5['tailing_first_dispatch_ms'])} ms, "
+        f"end lag {figure(p5['tailing_end_lag_ms'])} ms)"
+    )
+
+
 def rows(d: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     limits, p1, p2, p3, p4 = d["machine_limits"], d["P1"], d["P2"], d["P3"], d["P4"]
     p5, p6, p7, p8 = d["P5"], d["P6"], d["P7"], d["P8"]
@@ -79,7 +89,8 @@ def rows(d: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             "P5",
             "tailing dispatch / ingest",
             f"ingest {figure(p5['ingest_msgs_per_s'])}, dispatch "
-            f"{figure(p5['tailing_dispatch_msgs_per_s'])} msgs/s: {figure(dispatch)}",
+            f"{figure(p5['tailing_dispatch_msgs_per_s'])} msgs/s: {figure(dispatch)}"
+            + _tail_edges(p5),
             "≥ 1.0",
             met(dispatch["median"] >= 1.0),
         ),

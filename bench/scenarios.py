@@ -31,7 +31,7 @@ from client.perf.cli import produce_run
 from client.perf.options import Dedup, PerfOptions
 from client.perf.raw import run_raw_produce
 from client.perf.raw_consume import run_raw_consume
-from client.perf.report import Recorder, decode_histogram, new_histogram, summary
+from client.perf.report import Recorder, decode_histogram, new_histogram
 from protocol import commands
 from protocol._pb import PulsarApi_pb2 as pb
 from protocol.enums import InitialPosition
@@ -239,9 +239,24 @@ def _segment_files(data_dir: Path, topic: str) -> list[Path]:
 P5_CONSUMER_WINDOW = 10_000
 
 
-async def _tail(
-    options: PerfOptions, window: int = P5_CONSUMER_WINDOW
-) -> tuple[dict[str, Any], dict[str, Any]]:
+@dataclass(frozen=True)
+class _TailRun:
+    """One tailing run: both rates and the run's two edges. The consumer's rate counts from
+    its first entry to its last, the producer's from its first send to its last receipt, so
+    the ratio is ``1 + (first_dispatch - end_lag) / run``: a consumer that keeps up gives
+    1.0 give or take these two edges, whatever the run's length (see ``p5_dispatch``)."""
+
+    ingest: float  # messages/s
+    dispatch: float  # messages/s
+    first_dispatch_ms: float  # from the first send to the consumer's first entry
+    end_lag_ms: float  # from the producer's last receipt to the consumer's last entry
+
+    @property
+    def ratio(self) -> float:
+        return self.dispatch / self.ingest
+
+
+async def _tail(options: PerfOptions, window: int) -> tuple[Recorder, Recorder]:
     consumer_options = replace(
         options, initial_position=InitialPosition.Earliest, duration=120.0, window=window
     )
@@ -249,38 +264,35 @@ async def _tail(
     consuming = asyncio.create_task(run_raw_consume(consumer_options, received))
     await run_raw_produce(options, produced)
     await consuming
-    settings = options.summary()
-    return summary("produce", produced, settings), summary("consume", received, settings)
+    return produced, received
 
 
-def _tail_ratio(options: PerfOptions, messages: int, window: int) -> tuple[float, float, float]:
-    """Ingest and tailing dispatch rates (messages/s) of one run, and their ratio."""
+def _tail_run(options: PerfOptions, messages: int, window: int) -> _TailRun:
     produced, received = uvloop.run(_tail(options, window))
-    if received["messages"] != messages:
-        raise RuntimeError(f"tailing consumer got {received['messages']} messages")
-    return (
-        produced["msgs_per_s"],
-        received["msgs_per_s"],
-        received["msgs_per_s"] / produced["msgs_per_s"],
+    if received.messages != messages:
+        raise RuntimeError(f"tailing consumer got {received.messages} messages")
+    assert produced.finished is not None
+    assert received.finished is not None
+    return _TailRun(
+        ingest=produced.messages / produced.elapsed,
+        dispatch=received.messages / received.elapsed,
+        first_dispatch_ms=(received.started - produced.started) * 1e3,
+        end_lag_ms=(received.finished - produced.finished) * 1e3,
     )
 
 
 def p5_dispatch(root: Path, scale: Scale) -> dict[str, Any]:
-    ratios, ingest, dispatch, catch_up, cold_dd = [], [], [], [], []
+    runs: list[_TailRun] = []
+    catch_up, cold_dd = [], []
     # The same run with the consumer given as much in flight as the producer (1000 entries of
     # 100 messages): what is left of the gap once the consumer's FLOW round trip is out of it.
     matched_ratios = []
     with broker_on(root) as broker:
         for _ in range(scale.runs):
             matched = raw_options(broker, count=scale.p5_messages, batch_messages=100, size=100)
-            matched_ratios.append(_tail_ratio(matched, scale.p5_messages, matched.window * 100)[2])
+            matched_ratios.append(_tail_run(matched, scale.p5_messages, matched.window * 100).ratio)
             options = raw_options(broker, count=scale.p5_messages, batch_messages=100, size=100)
-            produced_rate, dispatch_rate, ratio = _tail_ratio(
-                options, scale.p5_messages, P5_CONSUMER_WINDOW
-            )
-            ingest.append(produced_rate)
-            dispatch.append(dispatch_rate)
-            ratios.append(ratio)
+            runs.append(_tail_run(options, scale.p5_messages, P5_CONSUMER_WINDOW))
             topic = TopicName.parse(options.topics[0]).full_name
             files = _segment_files(broker.data_dir, topic)
             machine.drop_from_page_cache(files)
@@ -295,7 +307,7 @@ def p5_dispatch(root: Path, scale: Scale) -> dict[str, Any]:
             uvloop.run(run_raw_consume(reader, recorder))
             catch_up.append(recorder.payload_bytes / recorder.elapsed / 1e6)
             cold_dd.append(machine.cold_dd_read_mb_s(files))
-    ratio = statistics.median(ratios)
+    ratio = statistics.median(run.ratio for run in runs)
     read_ratio = statistics.median(catch_up) / statistics.median(cold_dd)
     return {
         "what": "raw producer (batches of 100 x 100 B, max rate, 1000 entries in flight) and a "
@@ -305,9 +317,13 @@ def p5_dispatch(root: Path, scale: Scale) -> dict[str, Any]:
         "with the segment files dropped from the page cache (posix_fadvise DONTNEED), against "
         "dd bs=1M of the same files, dropped the same way",
         "messages_per_run": scale.p5_messages,
-        "ingest_msgs_per_s": spread(ingest, 0),
-        "tailing_dispatch_msgs_per_s": spread(dispatch, 0),
-        "dispatch_to_ingest": spread(ratios, 3),
+        "ingest_msgs_per_s": spread([run.ingest for run in runs], 0),
+        "tailing_dispatch_msgs_per_s": spread([run.dispatch for run in runs], 0),
+        "dispatch_to_ingest": spread([run.ratio for run in runs], 3),
+        # The ratio's two edges (see ``_TailRun``): a consumer falling behind shows as an end
+        # lag growing with the run; one keeping up, as a few milliseconds at any length.
+        "tailing_first_dispatch_ms": spread([run.first_dispatch_ms for run in runs], 2),
+        "tailing_end_lag_ms": spread([run.end_lag_ms for run in runs], 2),
         "consumer_window_messages": P5_CONSUMER_WINDOW,
         "dispatch_to_ingest_window_as_producer": spread(matched_ratios, 3),
         "catch_up_read_mb_s": spread(catch_up),
