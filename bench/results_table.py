@@ -175,6 +175,12 @@ def _cluster_text(cluster: dict[str, Any]) -> str:
         f"**{cluster['ratio_2_vs_1']}** ({cluster['two_brokers_mb_s']} against "
         f"{cluster['one_broker_mb_s']} MB/s; partitions per broker "
         f"{cluster['partitions_per_broker']})"
+        + (
+            f"; the one disk allows at most {cluster['disk_ceiling_2_vs_1']} (dd "
+            f"{cluster['dd_fdatasync_mb_s']} MB/s)"
+            if "disk_ceiling_2_vs_1" in cluster
+            else ""
+        )
     )
 
 
