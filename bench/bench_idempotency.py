@@ -6,16 +6,27 @@ throughput with keys vs without.
   fresh interpreter;
 * recovery: a real ledger whose ``magnetar.idempotency`` cursor holds a ``--keys`` snapshot,
   followed by ``--replay`` keyed entries; the time of ``Ledger.open`` + ``recover_window`` (what
-  a topic load adds), the snapshot's encode time and cursor file size;
+  a topic load adds), the snapshot's time on the loop (``take_snapshot``), its cursor write's
+  (``Cursor.persist``) and the cursor file's size;
 * throughput: ``Topic.publish`` of ``--messages`` single-message entries on a real ledger
   (group commit, no fsync), with a key each vs without; the ratio is the cost of the window
   (``msgs_per_s_no_window``: keyless entries on a topic without a window at all, for reference).
 
   Runs of each kind alternate within a round until each kind has published ``--round-seconds``;
-  the figure is the median of ``--rounds`` rounds' ratios, their spread beside it.
+  the figure is the median of ``--rounds`` rounds' ratios, their spread beside it;
+* steady-state throughput (issue #26 item 6): the same, but every keyed run starts on a window
+  already holding ``--keys`` keys (its ``idempotencyWindowMaxKeys``), so each new key evicts
+  one, and is long enough for ``--steady-snapshots`` snapshots of the full window (one per
+  ``--keys`` entries) inside the timed part; the keyless run beside it publishes as many
+  entries. Snapshots and cursor writes are counted and timed as they happen (the event loop's
+  ``take_snapshot`` and the worker thread's cursor save); a keyed run with fewer snapshots or
+  no cursor write in its timed part makes the figure an error, not a pass.
+
+With ``--check`` the exit status is 1 when a goal is missed.
 
 Usage: ``python bench/bench_idempotency.py [--keys N] [--replay N] [--messages N] [--rounds N]
-[--round-seconds S] [--skip-memory]``; prints JSON.
+[--round-seconds S] [--steady-rounds N] [--steady-snapshots N] [--skip-memory] [--skip-fresh]
+[--skip-steady] [--check]``; prints JSON.
 """
 
 from __future__ import annotations
@@ -37,7 +48,8 @@ from pathlib import Path
 
 from broker.config import BrokerConfig
 from broker.errors import BrokerError
-from broker.publish.idempotency_snapshot import encode_snapshot, recover_window, window_config_from
+from broker.publish import publisher as publisher_module
+from broker.publish.idempotency_snapshot import recover_window, take_snapshot, window_config_from
 from broker.publish.idempotency_window import (
     IDEMPOTENCY_CURSOR,
     IDEMPOTENCY_KEY_PROPERTY,
@@ -48,6 +60,7 @@ from broker.publish.idempotency_window import (
 )
 from broker.publish.producers import Producer
 from broker.storage import Ledger, LedgerConfig, Position, cursor_file
+from broker.storage.cursor_store import CursorStore
 from broker.topics.topic import Topic
 from protocol import pb
 from protocol.enums import InitialPosition, ProducerAccessMode
@@ -110,20 +123,29 @@ def recovery(keys: int, replay: int) -> dict[str, float]:
             (digest_of(key), pack_location(Position(last.ledger_id, i), -1, stamp))
             for i, key in enumerate(names[:keys])
         ]
-        started = time.perf_counter()
-        properties = encode_snapshot(records, {})
-        encode_s = time.perf_counter() - started
+        live = IdempotencyWindow.restore(
+            records,
+            {},
+            config=WindowConfig(window_seconds=3600, max_keys=keys),
+            clock=time.time,
+            snapshot_position=last,
+        )
         cursor = ledger.open_cursor(IDEMPOTENCY_CURSOR, InitialPosition.Latest)
-        cursor.mark_delete(last, properties=properties)
+        # The broker's path: the snapshot on the loop, then the cursor write (a worker thread).
+        started = time.perf_counter()
+        take_snapshot(ledger, live)
+        encode_s = time.perf_counter() - started
         started = time.perf_counter()
         cursor.persist()
         persist_s = time.perf_counter() - started
+        properties = cursor.snapshot().properties
+        assert len(properties) == keys + 1  # the keys and the format
         for sequence_id, key in enumerate(names[keys:], start=1):
             ledger.append(_keyed_entry(key, sequence_id))
         ledger.flush()
         ledger.close()
         cursor_bytes = cursor_file(directory, IDEMPOTENCY_CURSOR).stat().st_size
-        del records, properties
+        del records, properties, live
         gc.collect()
         started = time.perf_counter()
         ledger = Ledger.open(directory, LEDGER)
@@ -151,16 +173,87 @@ class _Sink:
         return True
 
 
-async def _publish_seconds(entries: list[bytes], window_on: bool = True) -> tuple[float, float]:
-    """Seconds to ``Topic.publish`` ``entries`` on a fresh topic (its own ledger and window),
-    in waves of 1000 awaited together, and the event loop thread's CPU seconds meanwhile (the
-    flush thread's are not counted); the topic's set-up and close are not counted."""
+class _Snapshots:
+    """What the idempotency snapshots cost while a run is timed: ``take_snapshot`` on the event
+    loop and the window cursor's saves (in a worker thread, by the topic's housekeeping), each
+    counted and timed from `start` until ``timing`` is cleared (a save still running then is
+    not counted; nor are the topic's set-up and close)."""
+
+    def __init__(self) -> None:
+        self.timing = False
+        self.taken: list[float] = []
+        self.saved: list[float] = []
+        # Replaced in the publisher's module: it calls the function through that global.
+        take = publisher_module.take_idempotency_snapshot  # type: ignore[attr-defined]
+        save = CursorStore.save
+
+        def timed_take(ledger: Ledger, window: IdempotencyWindow) -> None:
+            started = time.perf_counter()
+            take(ledger, window)
+            if self.timing:
+                self.taken.append(time.perf_counter() - started)
+
+        def timed_save(store: CursorStore, state: object) -> None:
+            started = time.perf_counter()
+            save(store, state)  # type: ignore[arg-type]
+            if self.timing and getattr(state, "name", None) == IDEMPOTENCY_CURSOR:
+                self.saved.append(time.perf_counter() - started)
+
+        publisher_module.take_idempotency_snapshot = timed_take  # type: ignore[attr-defined]
+        CursorStore.save = timed_save  # type: ignore[assignment,method-assign]
+
+    def start(self) -> None:
+        self.taken.clear()
+        self.saved.clear()
+        self.timing = True
+
+    def results(self) -> tuple[list[float], list[float]]:
+        return list(self.taken), list(self.saved)
+
+
+_SNAPSHOTS: _Snapshots | None = None
+
+
+def _snapshots() -> _Snapshots:
+    global _SNAPSHOTS
+    if _SNAPSHOTS is None:
+        _SNAPSHOTS = _Snapshots()
+    return _SNAPSHOTS
+
+
+def _full_window(config: BrokerConfig, keys: int) -> IdempotencyWindow:
+    """A window holding ``keys`` durable keys stamped now (none of the runs' keys), as a topic
+    that has been receiving keys for a while holds them."""
+    now = time.time()
+    records = [
+        (digest_of(key), pack_location(Position(0, i), -1, now))
+        for i, key in enumerate(_keys(keys))
+    ]
+    window = IdempotencyWindow.restore(records, {}, config=window_config_from(config))
+    window.finish_replay()
+    return window
+
+
+async def _publish_seconds(
+    entries: list[bytes],
+    window_on: bool = True,
+    full_window: int = 0,
+    probe: _Snapshots | None = None,
+) -> tuple[float, float]:
+    """Seconds to ``Topic.publish`` ``entries`` on a fresh topic (its own ledger and window,
+    empty or holding ``full_window`` keys, then also its maximum), in waves of 1000 awaited
+    together, and the event loop thread's CPU seconds meanwhile (the flush thread's are not
+    counted); the topic's set-up and close are not counted."""
     config = replace(
         BrokerConfig(), journal_max_group_wait_msec=1, broker_deduplication_enabled=True
     )
+    if full_window:
+        config = replace(config, idempotency_window_max_keys=full_window)
     with tempfile.TemporaryDirectory() as tmp:
         ledger = Ledger.open(Path(tmp) / "t", LEDGER)
         window = recover_window(ledger, window_config_from(config))
+        if full_window:
+            window = _full_window(config, full_window)
         topic = Topic(
             TopicName.parse("persistent://public/default/bench"),
             ledger,
@@ -177,6 +270,8 @@ async def _publish_seconds(entries: list[bytes], window_on: bool = True) -> tupl
             request_id=1,
         )
         await topic.add_producer(producer, None)
+        if probe is not None:
+            probe.start()
         started = time.perf_counter()
         cpu_started = time.thread_time()
         pending = []
@@ -188,6 +283,8 @@ async def _publish_seconds(entries: list[bytes], window_on: bool = True) -> tupl
         await asyncio.gather(*pending)
         elapsed = time.perf_counter() - started
         cpu = time.thread_time() - cpu_started
+        if probe is not None:
+            probe.timing = False
         await topic.close()
     return elapsed, cpu
 
@@ -256,6 +353,75 @@ def throughput(messages: int, rounds: int = 9, round_seconds: float = 1.0) -> di
     }
 
 
+def steady_throughput(keys: int, rounds: int = 5, snapshots: int = 3) -> dict[str, object]:
+    """Keyed / keyless with the window full (module docstring): ``rounds`` rounds of one keyed
+    and one keyless run of ``snapshots * keys + keys // 2`` entries each (which goes first
+    alternates), the keyed one on a window pre-filled to ``keys`` keys."""
+    messages = snapshots * keys + keys // 2
+    keyless = _entries(messages, keyed=False)
+    keyed = _entries(messages, keyed=True)
+    probe = _snapshots()
+    asyncio.run(_publish_seconds(keyed[: keys // 2], full_window=keys))  # warm-up
+    per_round: list[dict[str, float]] = []
+    snapshot_ms: list[float] = []
+    save_ms: list[float] = []
+    for number in range(rounds):
+        rates: dict[bool, float] = {}
+        cpu: dict[bool, float] = {}
+        for kind in (number % 2 == 1, number % 2 == 0):
+            elapsed, loop_cpu = asyncio.run(
+                _publish_seconds(
+                    keyed if kind else keyless, full_window=keys if kind else 0, probe=probe
+                )
+            )
+            taken, saved = probe.results()
+            rates[kind], cpu[kind] = messages / elapsed, loop_cpu / messages * 1e6
+            if kind:
+                if len(taken) < snapshots or not saved:
+                    raise RuntimeError(
+                        f"steady state not reached: {len(taken)} snapshots and {len(saved)} "
+                        f"cursor writes in a timed run (want >= {snapshots} and >= 1: raise "
+                        "--steady-snapshots or --keys)"
+                    )
+                snapshot_ms += [t * 1e3 for t in taken]
+                save_ms += [t * 1e3 for t in saved]
+        per_round.append(
+            {
+                "with_keys": rates[True],
+                "without_keys": rates[False],
+                "cpu_us_with_keys": cpu[True],
+                "cpu_us_without_keys": cpu[False],
+            }
+        )
+    ratios = sorted(r["with_keys"] / r["without_keys"] for r in per_round)
+    return {
+        "window_keys": keys,
+        "messages_per_run": messages,
+        "rounds": rounds,
+        "msgs_per_s_without_keys": statistics.median(r["without_keys"] for r in per_round),
+        "msgs_per_s_with_keys": statistics.median(r["with_keys"] for r in per_round),
+        "ratio": statistics.median(ratios),
+        "ratio_per_round_min_median_max": [ratios[0], statistics.median(ratios), ratios[-1]],
+        "ratio_per_round": [r["with_keys"] / r["without_keys"] for r in per_round],
+        "loop_cpu_us_per_msg_without_keys": statistics.median(
+            r["cpu_us_without_keys"] for r in per_round
+        ),
+        "loop_cpu_us_per_msg_with_keys": statistics.median(
+            r["cpu_us_with_keys"] for r in per_round
+        ),
+        # Per keyed run: snapshots taken on the loop and window-cursor writes in a worker
+        # thread (holding the GIL while it encodes), with their median times.
+        "snapshots_per_keyed_run": len(snapshot_ms) / rounds,
+        "snapshot_ms_on_loop_median": statistics.median(snapshot_ms),
+        "cursor_writes_per_keyed_run": len(save_ms) / rounds,
+        "cursor_write_ms_median": statistics.median(save_ms),
+    }
+
+
+def _goal(measured: float, goal: str, met: bool) -> dict[str, object]:
+    return {"measured": measured, "goal": goal, "met": met}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--keys", type=int, default=1_000_000)
@@ -268,38 +434,45 @@ def main() -> None:
     parser.add_argument(
         "--skip-memory", action="store_true", help="the throughput figures only (faster)"
     )
+    parser.add_argument("--skip-fresh", action="store_true", help="no fresh-window throughput")
+    parser.add_argument("--skip-steady", action="store_true", help="no full-window throughput")
+    parser.add_argument("--steady-rounds", type=int, default=5)
+    parser.add_argument(
+        "--steady-snapshots", type=int, default=3, help="full-window snapshots per keyed run"
+    )
+    parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
         print(json.dumps(memory(args.keys)))
         return
-    if args.skip_memory:
-        print(json.dumps(throughput(args.messages, args.rounds, args.round_seconds), indent=2))
-        return
-    child = subprocess.run(
-        [sys.executable, __file__, "--memory-child", "--keys", str(args.keys)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    memory_figures = json.loads(child.stdout)
-    throughput_figures = throughput(args.messages, args.rounds, args.round_seconds)
-    report = {
-        "goals": {  # issue #26 item 6, side by side with this run's figures
-            "keyed_over_unkeyed_throughput": {
-                "measured": throughput_figures["ratio"],
-                "goal": ">= 0.9",
-            },
-            "bytes_per_key_in_the_window": {
-                "measured": memory_figures["traced_bytes_per_key"],
-                "goal": "<= 100",
-            },
-        },
-        "memory": memory_figures,
-        "recovery": recovery(args.keys, args.replay),
-        "throughput": throughput_figures,
-    }
-    print(json.dumps(report, indent=2))
+    report: dict[str, object] = {}
+    goals: dict[str, dict[str, object]] = {}  # issue #26 item 6, beside this run's figures
+    if not args.skip_fresh:
+        fresh = throughput(args.messages, args.rounds, args.round_seconds)
+        ratio = float(fresh["ratio"])  # type: ignore[arg-type]
+        goals["keyed_over_unkeyed_throughput"] = _goal(ratio, ">= 0.9", ratio >= 0.9)
+        report["throughput"] = fresh
+    if not args.skip_steady:
+        steady = steady_throughput(args.keys, args.steady_rounds, args.steady_snapshots)
+        ratio = float(steady["ratio"])  # type: ignore[arg-type]
+        goals["keyed_over_unkeyed_throughput_full_window"] = _goal(ratio, ">= 0.9", ratio >= 0.9)
+        report["throughput_full_window"] = steady
+    if not args.skip_memory:
+        child = subprocess.run(
+            [sys.executable, __file__, "--memory-child", "--keys", str(args.keys)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        memory_figures = json.loads(child.stdout)
+        per_key = memory_figures["traced_bytes_per_key"]
+        goals["bytes_per_key_in_the_window"] = _goal(per_key, "<= 100", per_key <= 100)
+        report["memory"] = memory_figures
+        report["recovery"] = recovery(args.keys, args.replay)
+    print(json.dumps({"goals": goals, **report}, indent=2))
+    if args.check and not all(goal["met"] for goal in goals.values()):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -165,8 +165,14 @@ def _peer_text(peer: dict[str, Any]) -> str:
 def _keys_text(keys: dict[str, Any]) -> str:
     return (
         f"**{keys['keyed_over_unkeyed']}** (by round "
-        f"{'-'.join(map(str, keys['keyed_over_unkeyed_per_round'][::2]))}); "
-        f"**{keys['bytes_per_key']}** B"
+        f"{'-'.join(map(str, keys['keyed_over_unkeyed_per_round'][::2]))})"
+        + (
+            f", window full **{keys['keyed_over_unkeyed_full_window']}** (by round "
+            f"{'-'.join(map(str, keys['keyed_over_unkeyed_full_window_per_round'][::2]))})"
+            if "keyed_over_unkeyed_full_window" in keys
+            else ""
+        )
+        + f"; **{keys['bytes_per_key']}** B"
     )
 
 

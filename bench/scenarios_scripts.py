@@ -2,7 +2,8 @@
 ``make bench`` prints them with their goals like P1-P8:
 
 * ``keys``: ``bench_idempotency.py`` (idempotency keys: keyed / unkeyed ``Topic.publish``
-  throughput, goal >= 0.9; bytes per key in the window, goal <= 100);
+  throughput, the window filling and the window full, goal >= 0.9 both; bytes per key in the
+  window, goal <= 100);
 * ``cluster``: ``bench_cluster.py`` with the default bundles (4 per namespace) and balancing,
   no takeover (aggregate durable ingest of 2 brokers against 1, goal >= 1.8). It starts etcd
   (``make etcd`` installs it; ``make bench`` does).
@@ -37,12 +38,25 @@ def _run(script: str, *args: str) -> dict[str, Any]:
 
 
 def idempotency_keys(keys: int, messages: int) -> dict[str, Any]:
-    report = _run("bench_idempotency.py", "--keys", str(keys), "--messages", str(messages))
+    # A full-window keyed run is ``snapshots`` windows long; it must also outlast the cursor
+    # persistence interval (1 s), or no cursor write falls inside it and the script refuses the
+    # figure: a small window (``--quick``) takes more snapshots per run.
+    snapshots = max(3, 300_000 // keys)
+    report = _run(
+        "bench_idempotency.py",
+        "--keys",
+        str(keys),
+        "--messages",
+        str(messages),
+        "--steady-snapshots",
+        str(snapshots),
+    )
     if "error" in report:
         return report
     ratio = report["goals"]["keyed_over_unkeyed_throughput"]["measured"]
+    full = report["goals"]["keyed_over_unkeyed_throughput_full_window"]["measured"]
     per_key = report["goals"]["bytes_per_key_in_the_window"]["measured"]
-    throughput = report["throughput"]
+    throughput, steady = report["throughput"], report["throughput_full_window"]
     return {
         "what": "bench_idempotency.py: Topic.publish of single-message entries with a key "
         "each vs none, on a real ledger, rounds alternated; window memory by tracemalloc",
@@ -53,9 +67,16 @@ def idempotency_keys(keys: int, messages: int) -> dict[str, Any]:
         ],
         "msgs_per_s_with_keys": round(throughput["msgs_per_s_with_keys"]),
         "msgs_per_s_without_keys": round(throughput["msgs_per_s_without_keys"]),
+        # The window full (``keys`` keys): every key accepted evicts one, and a snapshot of
+        # the whole window is taken every ``keys`` entries inside the timed runs.
+        "keyed_over_unkeyed_full_window": round(full, 3),
+        "keyed_over_unkeyed_full_window_per_round": [
+            round(r, 3) for r in steady["ratio_per_round_min_median_max"]
+        ],
+        "snapshot_ms_on_loop_full_window": round(steady["snapshot_ms_on_loop_median"], 2),
         "bytes_per_key": round(per_key, 1),
-        "goal": "keyed / unkeyed >= 0.9; <= 100 B per key",
-        "goal_met": ratio >= 0.9 and per_key <= 100,
+        "goal": "keyed / unkeyed >= 0.9 (fresh and full window); <= 100 B per key",
+        "goal_met": ratio >= 0.9 and full >= 0.9 and per_key <= 100,
     }
 
 

@@ -4,13 +4,6 @@
 
 from cpython.mem cimport PyMem_Realloc
 
-cdef extern from "Python.h":
-    object _PyLong_FromByteArray(const unsigned char *data, size_t n, int little_endian,
-                                 int is_signed)
-    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
-    void *PyUnicode_DATA(object text)
-    object _PyDict_NewPresized(Py_ssize_t minused)
-
 cdef const char *_HEX = b"0123456789abcdef"
 
 DEF _NO_LEDGER = -1
@@ -36,9 +29,12 @@ cdef extern from *:
     """
     void magnetar_prefetch(const void *address) noexcept nogil
 DEF _MIN_CAPACITY = 16
+# How far ahead of the head a pop prefetches the index cell and the ring (slots).
+DEF _CELL_AHEAD = 8
+DEF _RING_AHEAD = 64
 
 
-cdef int64_t _stamp_ms(double stamp) noexcept:
+cdef int64_t _stamp_ms(double stamp) noexcept nogil:
     """broker.publish.idempotency_window.stamp_ms: the stamp rounded up to the millisecond."""
     cdef int64_t ms = <int64_t>floor(stamp * 1000)
     while ms / 1000.0 < stamp:
@@ -46,6 +42,9 @@ cdef int64_t _stamp_ms(double stamp) noexcept:
     while (ms - 1) / 1000.0 >= stamp:
         ms -= 1
     return ms
+
+
+include "_key_snapshot.pxi"
 
 
 cdef class KeyTable:
@@ -289,56 +288,30 @@ cdef class KeyTable:
             records.append((self.digest(seq), (location << 45) | ms))
         return records
 
-    def snapshot_properties(self, str prefix not None):
-        """PyKeyTable.snapshot_properties: ``{prefix + digest.hex(): packed location}`` of the
-        durable slots, oldest first, built here (the snapshot's per-key work, on the loop)."""
-        # Sized for every durable key at once: grown insert by insert, a 100k-key snapshot
-        # rehashed the dict ~17 times (it runs on the loop; issue #26 item 6).
-        cdef dict properties = _PyDict_NewPresized(self.durable)
-        cdef bytes head = prefix.encode("ascii")
-        cdef Py_ssize_t head_size = PyBytes_GET_SIZE(head), at, i
-        cdef int64_t seq, ms = 0, ledger, entry
-        cdef int32_t index
-        cdef double stamp, last_stamp = -1.0
-        cdef char name[64 + 2 * _DIGEST]
-        cdef unsigned char packed[25]
-        cdef uint64_t low, mid, high
-        cdef const uint8_t *digest
-        if head_size > 64:
-            raise ValueError("prefix too long")
-        memcpy(name, PyBytes_AS_STRING(head), head_size)
+    def snapshot_copy(self):
+        """PyKeyTable.snapshot_copy: the durable slots, oldest first, copied (the ring's columns,
+        ~44 B a key: a millisecond or so at 100k keys, on the loop) for `KeySnapshot.json` to
+        render later, in the cursor write's thread and without the GIL (issue #26 item 6)."""
+        cdef KeySnapshot copy = KeySnapshot.__new__(KeySnapshot)
+        cdef int64_t seq
+        cdef Py_ssize_t at, n = 0
+        copy._allocate(self.durable)
         for seq in range(self._head, self._tail):
             at = seq % self._capacity
-            ledger = self._ledgers[at]
-            if ledger < 0:
+            if self._ledgers[at] < 0:
                 continue
-            stamp = self._stamps[at]
-            if stamp != last_stamp:
-                last_stamp, ms = stamp, _stamp_ms(stamp)
-            digest = self._digest_at(seq)
-            for i in range(_DIGEST):
-                name[head_size + 2 * i] = _HEX[digest[i] >> 4]
-                name[head_size + 2 * i + 1] = _HEX[digest[i] & 15]
-            entry = self._entries[at]
-            index = self._batch[at]
-            if entry < 0 or not (-1 <= index < (1 << 21) - 1) or not (0 <= ms < (1 << 45)):
-                # Outside the fields' widths: the reference's arithmetic, as snapshot_records.
-                location = ((<object>ledger << 64) | entry) << 21 | (<object>index + 1)
-                value = (location << 45) | ms
-            else:  # ledger << 130 | entry << 66 | (index + 1) << 45 | ms, 25 bytes little-endian
-                low = <uint64_t>ms | (<uint64_t>(index + 1) << 45)
-                mid = (<uint64_t>(index + 1) >> 19) | (<uint64_t>entry << 2)
-                high = (<uint64_t>entry >> 62) | (<uint64_t>ledger << 2)
-                for i in range(8):
-                    packed[i] = <unsigned char>(low >> (8 * i))
-                    packed[8 + i] = <unsigned char>(mid >> (8 * i))
-                    packed[16 + i] = <unsigned char>(high >> (8 * i))
-                packed[24] = <unsigned char>(<uint64_t>ledger >> 62)
-                value = _PyLong_FromByteArray(packed, 25, 1, 0)
-            text = PyUnicode_New(head_size + 2 * _DIGEST, 127)  # ASCII by construction
-            memcpy(PyUnicode_DATA(text), name, head_size + 2 * _DIGEST)
-            properties[text] = value
-        return properties
+            memcpy(copy._digests + n * _DIGEST, self._digest_at(seq), _DIGEST)
+            copy._stamps[n] = self._stamps[at]
+            copy._ledgers[n] = self._ledgers[at]
+            copy._entries[n] = self._entries[at]
+            copy._batch[n] = self._batch[at]
+            n += 1
+        copy._count = n
+        return copy
+
+    def snapshot_json(self, str prefix not None):
+        """PyKeyTable.snapshot_json: `snapshot_copy` rendered at once."""
+        return self.snapshot_copy().json(prefix)
 
     def add(self, bytes digest not None, double stamp):
         if PyBytes_GET_SIZE(digest) != _DIGEST:
@@ -400,6 +373,18 @@ cdef class KeyTable:
             self.durable -= 1
 
     cdef void _pop_head(self) noexcept:
+        cdef int64_t ahead = self._head + _CELL_AHEAD
+        # A full window evicts a slot per key accepted, and each deletion's cell is a cache
+        # miss (the index is ~2 MB at 100k keys): load the cell of the slot _CELL_AHEAD places
+        # on now, and the ring's lines further on, so that the pops to come find them loaded
+        # (the key gate's loop does other work between them; issue #26 item 6).
+        if ahead < self._tail:
+            self._prefetch(self._digest_at(ahead))
+        ahead += _RING_AHEAD - _CELL_AHEAD
+        if ahead < self._tail:
+            magnetar_prefetch(self._digest_at(ahead))
+            magnetar_prefetch(&self._ledgers[ahead % self._capacity])
+            magnetar_prefetch(&self._stamps[ahead % self._capacity])
         self._delete(self._head)
         self._head += 1
         self._live -= 1

@@ -8,7 +8,7 @@ snapshot describes and its properties (``dict[str, int]``) carry
 * ``"d:" + digest.hex()`` -> ``((ledger_id << 64 | entry_id) << 21 | batch_index + 1) << 45 |
   stamp_ms`` (``broker.publish.idempotency_window.pack_location``) for every durable key of the
   window, named by its 16-byte digest (the position makes the sort order the acceptance order:
-  keys are stored in the order they are accepted; the cursor file sorts its property names);
+  keys are written in the order they are accepted, and the reader sorts by it);
 * ``"h:<ledger>:<entry>"`` -> the bitmask of hidden batch indexes of that entry.
 
 Format 1 (the builds before issue #26) named a key by the key itself, ``"k:" + key``, with the
@@ -29,12 +29,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 
 from broker.config import BrokerConfig
 from broker.metadata.policies import IDEMPOTENCY_WINDOW, PolicyStore
 from broker.publish.idempotency_keys import KeyScanRefused, entry_keys
 from broker.publish.idempotency_window import IDEMPOTENCY_CURSOR, IdempotencyWindow, WindowConfig
 from broker.storage import Ledger, Position
+from broker.storage.cursor_file import RenderedProperties
 from protocol.enums import InitialPosition
 from protocol.idempotency_scan import key_digest
 from protocol.topic_name import TopicName
@@ -115,9 +117,9 @@ def _with_format_and_hidden(
 def decode_snapshot(
     properties: Mapping[str, int],
 ) -> tuple[list[tuple[bytes, int]], dict[Position, int]]:
-    """Inverse of `encode_snapshot`, for format 1 and 2: digests oldest first (the cursor file
-    sorts its property names; the packed value sorts by position, i.e. by acceptance), and the
-    hidden masks.
+    """Inverse of `encode_snapshot`, for format 1 and 2: digests oldest first (whatever the order
+    of the properties: the packed value sorts by position, i.e. by acceptance), and the hidden
+    masks.
 
     Raises:
         ValueError: a format this build does not know.
@@ -190,9 +192,13 @@ def take_snapshot(ledger: Ledger, window: IdempotencyWindow) -> None:
     if position is None:
         return
     window.forget_hidden_before(ledger.first_position)
-    # encode_snapshot(*window.snapshot_records()), the keys' part made by the table in one
-    # call: a snapshot holds every key of the window and runs on the event loop.
-    keys, hidden = window.snapshot_properties(_DIGEST_PREFIX)
-    ledger.open_cursor(IDEMPOTENCY_CURSOR).mark_delete(
-        position, properties=_with_format_and_hidden(keys, hidden)
+    # encode_snapshot(*window.snapshot_records()), made so that the event loop only copies the
+    # window's durable slots: the cursor write (a worker thread) renders them as the JSON text
+    # of the key properties, without the GIL, and splices it into the cursor document; a
+    # dict of ~100k items cost ~27 ms of the loop and its json.dumps ~50-100 ms of the GIL
+    # per snapshot (issue #26 item 6).
+    keys, hidden = window.snapshot_copy()
+    properties = RenderedProperties(
+        partial(keys.json, _DIGEST_PREFIX), len(keys), _with_format_and_hidden({}, hidden)
     )
+    ledger.open_cursor(IDEMPOTENCY_CURSOR).mark_delete(position, properties=properties)

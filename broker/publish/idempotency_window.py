@@ -70,6 +70,7 @@ from broker.publish.idempotency_table import (
     DURABLE,
     IN_FLIGHT,
     STAMP_MASK,
+    PyKeySnapshot,
     pack_location,
     stamp_ms,
     unpack_location,
@@ -447,12 +448,13 @@ class IdempotencyWindow(KeyGate):
         self._entries_since_snapshot = 0
         return records, dict(self._hidden) if self._hidden else {}
 
-    def snapshot_properties(self, prefix: str) -> tuple[dict[str, int], dict[Position, int]]:
-        """`snapshot_records` with the keys as ``{prefix + digest.hex(): packed}`` (the cursor
-        properties the snapshot stores), made by the table in one call."""
-        properties: dict[str, int] = self._table.snapshot_properties(prefix)
+    def snapshot_copy(self) -> tuple[PyKeySnapshot, dict[Position, int]]:
+        """`snapshot_records` as a copy of the table's durable slots, to be rendered later as
+        the JSON text of the snapshot's key properties (`PyKeySnapshot.json`; the compiled
+        copy renders without the GIL), and the hidden masks."""
+        keys = self._table.snapshot_copy()
         self._entries_since_snapshot = 0
-        return properties, dict(self._hidden) if self._hidden else {}
+        return keys, dict(self._hidden) if self._hidden else {}
 
     @classmethod
     def restore(

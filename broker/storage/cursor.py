@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Protocol
 
-from broker.storage.cursor_file import CursorState
+from broker.storage.cursor_file import CursorState, copy_properties
 from broker.storage.cursor_store import CursorStore
 from broker.storage.errors import InvalidPositionError, LedgerClosedError
 from broker.storage.lock import first_lock
@@ -187,7 +187,7 @@ class Cursor:
 
     # -- acknowledgements -----------------------------------------------------------------
 
-    def mark_delete(self, position: Position, properties: dict[str, int] | None = None) -> None:
+    def mark_delete(self, position: Position, properties: Mapping[str, int] | None = None) -> None:
         """Cumulative ack: everything ``<= position`` is consumed; attach ``properties``.
 
         Raises:
@@ -201,7 +201,7 @@ class Cursor:
             raise InvalidPositionError(f"mark-delete {position} is beyond the last entry {last}")
         with self._lock or first_lock(self, "_lock"):
             self._md = position
-            self._properties = dict(properties) if properties else _NO_PROPERTIES
+            self._properties = copy_properties(properties) if properties else _NO_PROPERTIES
             self._forget_through(position)
             self._advance()
             self._mark_dirty()
@@ -343,7 +343,7 @@ class Cursor:
         return CursorState(
             name=self.name,
             mark_delete=self._md,
-            properties=dict(self._properties),
+            properties=copy_properties(self._properties),
             ranges=list(self._ranges),
             batch={p: list(words) for p, words in sorted(batch.items())} if batch else {},
         )

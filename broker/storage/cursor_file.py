@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import struct
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,13 +61,77 @@ RECORD_HEADER = struct.Struct("<II")
 RECORD_ALIGNMENT = 512
 
 
+class RenderedProperties(Mapping[str, int]):
+    """Read-only cursor properties whose bulk is JSON text: ``members``, what ``json.dumps``
+    writes between the braces of a dict of ``count`` distinct names, followed by the plain
+    ``rest`` (names not among them). ``encode_cursor_document`` splices the text into the
+    document, so the file holds the same bytes as for the dict, without encoding it item by
+    item while holding the GIL. The text may be given as a function that renders it, called
+    once, by the first thread that needs it: the idempotency window's snapshot of ~100k keys
+    is rendered so in the cursor write's thread, not on the event loop (issue #26 item 6).
+    Reading the properties as a mapping decodes the text once, on first use (only a cursor's
+    ``properties`` view or a test does)."""
+
+    __slots__ = ("_decoded", "_members", "_render", "count", "rest")
+
+    def __init__(
+        self, members: bytes | Callable[[], bytes], count: int, rest: Mapping[str, int]
+    ) -> None:
+        self._members: bytes | None = members if isinstance(members, bytes) else None
+        self._render: Callable[[], bytes] | None = None if isinstance(members, bytes) else members
+        self.count = count
+        self.rest: Mapping[str, int] = dict(rest)
+        self._decoded: dict[str, int] | None = None
+
+    @property
+    def members(self) -> bytes:
+        """The rendered text (two threads asking at once may both render it: the same bytes)."""
+        members = self._members
+        if members is None:
+            render = self._render
+            # None: another thread rendered meanwhile (it sets the text before dropping this).
+            members = render() if render is not None else self._members
+            assert members is not None
+            self._members, self._render = members, None
+        return members
+
+    def json_members(self) -> bytes:
+        """Everything between the braces of the JSON object these properties are."""
+        rest = json.dumps(self.rest, separators=(",", ":"))[1:-1].encode()
+        return b",".join(part for part in (self.members, rest) if part)
+
+    def _items(self) -> dict[str, int]:
+        if self._decoded is None:
+            decoded: dict[str, int] = json.loads(b"{" + self.members + b"}")
+            decoded.update(self.rest)
+            self._decoded = decoded
+        return self._decoded
+
+    def __getitem__(self, name: str) -> int:
+        return self._items()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items())
+
+    def __len__(self) -> int:
+        return self.count + len(self.rest)  # no decode: a cursor asks whether there are any
+
+
+def copy_properties(properties: Mapping[str, int]) -> Mapping[str, int]:
+    """A copy of ``properties`` a cursor may keep (its caller may change a dict), as a dict;
+    rendered ones are returned as they are: read-only, and a copy would decode them."""
+    if isinstance(properties, RenderedProperties):
+        return properties
+    return dict(properties)
+
+
 @dataclass(slots=True)
 class CursorState:
     """Everything a durable cursor persists."""
 
     name: str
     mark_delete: Position
-    properties: dict[str, int] = field(default_factory=dict)
+    properties: Mapping[str, int] = field(default_factory=dict)
     ranges: list[EntryRange] = field(default_factory=list)
     batch: dict[Position, list[int]] = field(default_factory=dict)
 
@@ -74,16 +139,30 @@ class CursorState:
 def encode_cursor_document(state: CursorState, max_ranges: int, max_batch: int) -> bytes:
     """The JSON document of ``state``, keeping the lowest ``max_ranges``/``max_batch`` items."""
     batch_positions = sorted(state.batch)[:max_batch]
-    document = {
-        "name": state.name,
-        "mark_delete": list(state.mark_delete),
-        "properties": state.properties,
+    head = {"name": state.name, "mark_delete": list(state.mark_delete)}
+    tail = {
         "ranges": [list(item) for item in state.ranges[:max_ranges]],
         "batch": [[p.ledger_id, p.entry_id, state.batch[p]] for p in batch_positions],
     }
-    # Not sort_keys: the properties of the idempotency cursor hold ~20,000 keys, and sorting
+    properties = state.properties
+    # Not sort_keys: the properties of the idempotency cursor hold ~100,000 keys, and sorting
     # them cost more than the encoding (17 against 7 ms); readers do not depend on the order.
-    return json.dumps(document, separators=(",", ":")).encode()
+    if not isinstance(properties, RenderedProperties):
+        return _json({**head, "properties": properties, **tail})
+    # The same document, its properties' text spliced in between the other members'.
+    return b"".join(
+        (
+            _json(head)[:-1],
+            b',"properties":{',
+            properties.json_members(),
+            b"},",
+            _json(tail)[1:],
+        )
+    )
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
 
 
 def log_record(document: bytes) -> bytes:

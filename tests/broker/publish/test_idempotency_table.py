@@ -1,15 +1,18 @@
 """broker/publish/idempotency_table.py: the compiled KeyTable against the reference PyKeyTable
 and both against a plain model (a dict and a list in acceptance order), on random operations;
-the memory per key; and the v1 snapshot a build before issue #26 wrote, opened by this one."""
+the memory per key; the snapshot rendered as JSON text (the same bytes as ``json.dumps``); and
+the v1 snapshot a build before issue #26 wrote, opened by this one."""
 
 from __future__ import annotations
 
 import gc
+import json
 import shutil
 import tracemalloc
 from pathlib import Path
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from broker.publish.idempotency_snapshot import recover_window
@@ -88,9 +91,7 @@ def test_compiled_table_matches_the_reference(ops: list[tuple[str, int]]) -> Non
         assert compiled.durable == reference.durable
         assert (compiled.expired, compiled.evicted) == (reference.expired, reference.evicted)
         assert compiled.snapshot_records() == reference.snapshot_records()
-        properties = compiled.snapshot_properties("d:")
-        assert properties == reference.snapshot_properties("d:")
-        assert list(properties) == list(reference.snapshot_properties("d:"))  # oldest first
+        assert compiled.snapshot_json("d:") == reference.snapshot_json("d:")
         newest = {digest_n: seq for seq, digest_n in enumerate(added)}  # re-added: a new slot
         for digest_n, seq in newest.items():
             found = reference.find(digest_n)
@@ -182,22 +183,125 @@ def test_reserve_is_check_then_add_in_one_call() -> None:
         assert table.durable == 1
 
 
+def _properties(table: PyKeyTable | _speedups.KeyTable, prefix: str) -> dict[str, int]:
+    """The snapshot's key properties as a dict, oldest first: what the snapshot stored before
+    it was rendered as text (``idempotency_snapshot.encode_snapshot``'s keys)."""
+    return {prefix + digest.hex(): packed for digest, packed in table.snapshot_records()}
+
+
+def _members(properties: dict[str, int]) -> bytes:
+    """What ``json.dumps`` (the cursor file's encoder) writes between the braces."""
+    return json.dumps(properties, separators=(",", ":"))[1:-1].encode()
+
+
+@settings(max_examples=200, deadline=None)
+@given(operations, st.sampled_from(["d:", "", "key/ ~!"]))
+def test_snapshot_json_gives_the_reference_bytes(ops: list[tuple[str, int]], prefix: str) -> None:
+    """The compiled rendering (issue #26 item 6) gives the reference's bytes, and both are what
+    ``json.dumps`` writes for the snapshot's properties, after any history of the table (slots
+    dead, expired, in flight, the ring wrapped)."""
+    compiled, reference = _speedups.KeyTable(), PyKeyTable()
+    added = 0
+    for op, n in ops:
+        digest = key_digest(str(n).encode())
+        for table in (compiled, reference):
+            if op in ("add", "reserve"):
+                seq = table.reserve(digest, float(added), 5.0, n % 7 + 1)
+                if seq >= 0:
+                    table.persist(seq, n % 3, n * 1_000_003, n % 4 - 1)
+            elif op == "discard" and table.find(digest) >= 0:
+                table.discard(table.find(digest))
+            elif op == "expire":
+                table.expire_older(float(n), 5.0)
+            elif op == "evict":
+                table.evict_over(n)
+        added += op in ("add", "reserve")
+    text = compiled.snapshot_json(prefix)
+    assert text == reference.snapshot_json(prefix)
+    assert text == _members(_properties(reference, prefix))
+    assert json.loads(b"{" + text + b"}") == _properties(reference, prefix)
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.integers(0, 2**63 - 1),
     st.integers(-(2**63), 2**63 - 1),
     st.integers(-(2**31), 2**31 - 1),
-    # Up to 2e12 s: past 2**45 ms (the fast packing's width) but below 2**53 ms, where the
-    # compiled stamp rounding (doubles) and the reference's (exact ints) part (year 287,000).
-    st.floats(min_value=0, max_value=2e12, allow_nan=False),
+    st.floats(min_value=0, max_value=2e12, allow_nan=False),  # as the packing test below
 )
-def test_snapshot_properties_pack_every_location_as_the_reference(
+@example(2**63 - 1, 2**63 - 1, 2**21 - 2, (2**45 - 1) / 1000)  # the widest fast value
+@example(0, 0, -1, 0.0)  # zero
+@example(0, 0, 0, 0.0)
+@example(1, 0, -1, 0.0)  # 2**130: only the upper limbs
+@example(0, 1, -1, 0.000_999)  # 2**66 | 1
+def test_snapshot_json_renders_every_location_as_the_reference(
     ledger_id: int, entry_id: int, batch_index: int, stamp: float
 ) -> None:
-    """The compiled packing (25 bytes at once when the fields fit their widths, else the
-    reference's arithmetic) gives the reference's value for any location and stamp."""
+    """The compiled decimal rendering (nine digits per division of 32-bit limbs), and the
+    reference's arithmetic outside the fields' widths, give the reference's text."""
     compiled, reference = _speedups.KeyTable(), PyKeyTable()
     digest = key_digest(b"k")
     for table in (compiled, reference):
         table.persist(table.add(digest, stamp), ledger_id, entry_id, batch_index)
-    assert compiled.snapshot_properties("d:") == reference.snapshot_properties("d:")
+    text = compiled.snapshot_json("d:")
+    assert text == reference.snapshot_json("d:")
+    assert text == _members(_properties(reference, "d:"))
+
+
+def test_snapshot_json_of_a_large_window_over_ledgers() -> None:
+    """100k keys in three ledgers, with batch indexes and sub-millisecond stamps: one buffer,
+    the bytes ``json.dumps`` writes; an empty table renders nothing."""
+    compiled, reference = _speedups.KeyTable(), PyKeyTable()
+    assert compiled.snapshot_json("d:") == reference.snapshot_json("d:") == b""
+    for i in range(100_000):
+        digest = key_digest(b"key-%d" % i)
+        ledger_id, entry_id = 3 + i // 40_000, i % 40_000
+        for table in (compiled, reference):
+            table.persist(
+                table.add(digest, 1_700_000_000.0 + i / 3), ledger_id, entry_id, i % 5 - 1
+            )
+    text = compiled.snapshot_json("d:")
+    assert text == _members(_properties(compiled, "d:"))
+    assert text == reference.snapshot_json("d:")
+
+
+@pytest.mark.parametrize("prefix", ['d"', "d\\", "d\n", "d\x7f", "dé", "d" * 65])
+def test_snapshot_json_refuses_a_prefix_json_would_escape(prefix: str) -> None:
+    """The names are written unescaped, so a prefix that JSON escapes (or a long one) is refused
+    by both, not rendered into a document that decodes to other names."""
+    for table in (_speedups.KeyTable(), PyKeyTable()):
+        with pytest.raises(ValueError, match="no JSON name prefix"):
+            table.snapshot_json(prefix)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2**63 - 1),
+            st.one_of(st.integers(0, 2**20), st.integers(-(2**63), 2**63 - 1)),
+            st.one_of(st.integers(-1, 5), st.integers(-(2**31), 2**31 - 1)),
+            st.one_of(st.just(1_700_000_000.0005), st.floats(0, 2e12, allow_nan=False)),
+        ),
+        max_size=12,
+    )
+)
+def test_a_snapshot_copy_renders_mixed_locations_and_ignores_later_changes(
+    locations: list[tuple[int, int, int, float]],
+) -> None:
+    """Slots within the fields' widths (rendered without the GIL) and outside them (the
+    reference's arithmetic, with the GIL) in any order, in one text; a copy renders what the
+    table held when it was taken, whatever the table did since."""
+    compiled, reference = _speedups.KeyTable(), PyKeyTable()
+    for n, (ledger_id, entry_id, batch_index, stamp) in enumerate(locations):
+        digest = key_digest(b"%d" % n)
+        for table in (compiled, reference):
+            table.persist(table.add(digest, stamp), ledger_id, entry_id, batch_index)
+    expected = reference.snapshot_json("d:")
+    assert expected == _members(_properties(reference, "d:"))
+    copy, reference_copy = compiled.snapshot_copy(), reference.snapshot_copy()
+    assert len(copy) == len(reference_copy) == len(locations)
+    for table in (compiled, reference):
+        table.clear_durable()
+        table.persist(table.add(key_digest(b"later"), 5.0), 1, 1, -1)
+    assert copy.json("d:") == reference_copy.json("d:") == expected

@@ -14,10 +14,22 @@ import pytest
 from broker.config import BrokerConfig
 from broker.errors import NotAllowed, PersistenceError
 from broker.publish.dedup_snapshot import dedup_config_from, recover_dedup
-from broker.publish.idempotency_snapshot import recover_window, window_config_from
-from broker.publish.idempotency_window import IDEMPOTENCY_CURSOR, IDEMPOTENCY_KEY_PROPERTY
+from broker.publish.idempotency_snapshot import (
+    encode_snapshot,
+    recover_window,
+    take_snapshot,
+    window_config_from,
+)
+from broker.publish.idempotency_window import (
+    IDEMPOTENCY_CURSOR,
+    IDEMPOTENCY_KEY_PROPERTY,
+    IdempotencyWindow,
+    WindowConfig,
+)
 from broker.publish.producers import Producer
-from broker.storage import Ledger, LedgerConfig, Position
+from broker.storage import Ledger, LedgerConfig, Position, cursor_file
+from broker.storage.cursor_file import CursorState, encode_cursor_document, read_cursor_log
+from broker.storage.files import read_file
 from broker.topics.topic import Topic
 from protocol import pb
 from protocol.batch import SingleMessage, encode_batch
@@ -194,3 +206,34 @@ async def test_a_pip6_refusal_releases_the_key_it_reserved(tmp_path: Path) -> No
         assert stored(topic) == 3
     finally:
         await topic.close()
+
+
+def test_the_snapshot_file_holds_the_document_the_dict_encoding_wrote(tmp_path: Path) -> None:
+    """take_snapshot has the table render the keys as JSON text and the cursor write splice it
+    in (issue #26 item 6): the file holds the very document that the dict of `encode_snapshot`
+    (what the builds before wrote) gives, and a reopened ledger recovers the same window."""
+    ledger = Ledger.open(tmp_path / "t", LEDGER_CONFIG)
+    clock = lambda: 1_700_000_000.0004  # noqa: E731
+    live = IdempotencyWindow(WindowConfig(3600, 1000), clock)
+    for i in range(30):  # every third entry a batch repeating a key: hidden indexes too
+        keys: list[str | None] = [f"k{i}", f"k{i - 1}"] if i % 3 == 2 else [f"k{i}"]
+        entry = batch(keys, i) if len(keys) > 1 else single(keys[0], i)
+        live.on_persisted(live.admit(live.check(keys)), ledger.append(entry))
+    ledger.flush()
+    records, hidden = live.snapshot_records()
+    assert hidden  # the case is covered
+    take_snapshot(ledger, live)
+    cursor = ledger.open_cursor(IDEMPOTENCY_CURSOR)
+    cursor.persist()
+    path = cursor_file(tmp_path / "t", IDEMPOTENCY_CURSOR)
+    written = read_cursor_log(read_file(path), path)[0]
+    before = CursorState(
+        IDEMPOTENCY_CURSOR, cursor.mark_delete_position, encode_snapshot(records, hidden)
+    )
+    assert written == encode_cursor_document(before, 1, 1)
+    ledger.close()
+    reopened = Ledger.open(tmp_path / "t", LEDGER_CONFIG)
+    recovered = recover_window(reopened, live.config, clock)
+    assert recovered.replayed_entries == 0
+    assert recovered.snapshot_records() == (records, hidden)
+    reopened.close()
