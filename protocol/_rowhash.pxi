@@ -153,57 +153,115 @@ def row_hashes(offsets, data, Py_ssize_t first, Py_ssize_t count, bint wide):
 
 
 
-# ``hash_order`` buckets rows by the top bits of their hash (one counting pass, one stable
-# scatter), then sorts each bucket by insertion: hashes are uniform, so a bucket holds one or
-# two rows and the whole sort is about two passes, where eight byte-wide LSD passes cost
-# several times more. A bucket larger than _RH_BUCKET_MAX (hashes that are not uniform: many
-# equal ones, or an adversarial set) would make insertion quadratic: then the LSD sort runs.
+# ``hash_order`` buckets rows by the top bits of their hash, then sorts each bucket by
+# insertion: hashes are uniform, so a bucket holds one or two rows and the whole sort is a few
+# passes, where eight byte-wide LSD passes cost several times more. The bucketing takes two
+# levels (an MSD radix step of at most _RH_TOP_BITS bits, then one inside each top bucket):
+# scattering straight into ~count buckets writes each row to a cold cache line (an 8 MB
+# spread for 500k rows), while each level here writes to a few hundred sequential streams,
+# and a top bucket (a few thousand rows) stays in cache for the second level. A bucket larger
+# than _RH_BUCKET_MAX (hashes that are not uniform: many equal ones, or an adversarial set)
+# would make insertion quadratic: then the LSD sort runs.
 cdef enum:
-    _RH_BUCKET_BITS_MAX = 16
+    _RH_BUCKET_BITS_MAX = 24
+    _RH_TOP_BITS = 8
+    _RH_SUB_BITS_MAX = 12
     _RH_BUCKET_MAX = 64
 
 
-cdef bint _rh_bucket_sort(
-    const uint64_t *keys, uint64_t *keys_to, int64_t *rows_to, Py_ssize_t count,
-    Py_ssize_t *ends, int bits,
+cdef struct _RhPair:
+    uint64_t key
+    int64_t row
+
+
+cdef void _rh_scatter(
+    const _RhPair *source, _RhPair *to, Py_ssize_t count, Py_ssize_t *ends, int shift,
+    int bits,
 ) noexcept nogil:
-    """Stable order of ``keys`` into ``keys_to``/``rows_to`` by buckets of the top ``bits``
-    bits, each bucket insertion-sorted; False (nothing usable written) when a bucket is
-    larger than _RH_BUCKET_MAX."""
-    cdef Py_ssize_t buckets = (<Py_ssize_t>1) << bits
-    cdef int shift = 64 - bits
-    cdef Py_ssize_t i, j, b, total, slot, start
-    cdef uint64_t key
-    cdef int64_t row
+    """Stable counting scatter of ``source`` into ``to`` by the ``bits`` bits of each key from
+    bit ``shift`` up; leaves in ``ends[b]`` the end of bucket ``b``."""
+    cdef Py_ssize_t i, b, total, slot, buckets = (<Py_ssize_t>1) << bits
+    cdef uint64_t mask = ((<uint64_t>1) << bits) - 1
     for b in range(buckets):
         ends[b] = 0
     for i in range(count):
-        ends[keys[i] >> shift] += 1
+        ends[(source[i].key >> shift) & mask] += 1
     total = 0
     for b in range(buckets):
-        if ends[b] > _RH_BUCKET_MAX:
-            return False
         slot = ends[b]
         ends[b] = total  # the bucket's next free slot (its start, for now)
         total += slot
-    for i in range(count):  # stable scatter: rows of one bucket keep their order
-        b = keys[i] >> shift
-        slot = ends[b]
-        ends[b] = slot + 1
-        keys_to[slot] = keys[i]
-        rows_to[slot] = i
-    start = 0
-    for b in range(buckets):  # ends[b] is now the bucket's end
-        for i in range(start + 1, ends[b]):
-            key, row = keys_to[i], rows_to[i]
-            j = i
-            while j > start and keys_to[j - 1] > key:  # strictly greater: stable
-                keys_to[j] = keys_to[j - 1]
-                rows_to[j] = rows_to[j - 1]
-                j -= 1
-            keys_to[j], rows_to[j] = key, row
-        start = ends[b]
+    for i in range(count):  # rows of one bucket keep their order
+        b = (source[i].key >> shift) & mask
+        to[ends[b]] = source[i]
+        ends[b] += 1
+
+
+cdef bint _rh_insertion(_RhPair *pairs, Py_ssize_t start, Py_ssize_t end) noexcept nogil:
+    """Stable insertion sort of ``pairs[start:end]`` by key; False (nothing sorted) when the
+    bucket is larger than _RH_BUCKET_MAX."""
+    cdef Py_ssize_t i, j
+    cdef _RhPair pair
+    if end - start > _RH_BUCKET_MAX:
+        return False
+    for i in range(start + 1, end):
+        pair = pairs[i]
+        j = i
+        while j > start and pairs[j - 1].key > pair.key:  # strictly greater: stable
+            pairs[j] = pairs[j - 1]
+            j -= 1
+        pairs[j] = pair
     return True
+
+
+cdef int _rh_top_bits(int bits) noexcept nogil:
+    """The first level's share of ``bits``: at most _RH_TOP_BITS, unless the second level
+    would need more than _RH_SUB_BITS_MAX."""
+    if bits - _RH_TOP_BITS > _RH_SUB_BITS_MAX:
+        return bits - _RH_SUB_BITS_MAX
+    return bits if bits < _RH_TOP_BITS else _RH_TOP_BITS
+
+
+cdef int _rh_bucket_sort(
+    const uint8_t *keys, int64_t *rows_to, Py_ssize_t count, _RhPair *pairs, _RhPair *spare,
+    Py_ssize_t *ends, Py_ssize_t *sub_ends, int bits,
+) noexcept nogil:
+    """Stable order of ``keys`` (``count`` native words, any alignment) into ``rows_to``:
+    ``bits`` bits of buckets in two levels (``_rh_top_bits``), each bucket insertion-sorted. Returns 1 when two keys are equal, 0
+    when none are, -1 (nothing usable written) when a bucket is larger than _RH_BUCKET_MAX.
+    ``pairs`` and ``spare`` hold ``count`` pairs each, ``ends`` 2^top and ``sub_ends``
+    2^(bits - top) counters."""
+    cdef int top = _rh_top_bits(bits)
+    cdef int sub = bits - top
+    cdef Py_ssize_t i, b, c, start, end, sub_start
+    cdef _RhPair *done
+    cdef int ties = 0
+    for i in range(count):
+        memcpy(&spare[i].key, keys + i * 8, 8)
+        spare[i].row = i
+    _rh_scatter(spare, pairs, count, ends, 64 - top, top)
+    start = 0
+    for b in range((<Py_ssize_t>1) << top):
+        end = ends[b]
+        done = pairs
+        if sub == 0:
+            if not _rh_insertion(pairs, start, end):
+                return -1
+        elif end > start:
+            done = spare
+            _rh_scatter(pairs + start, spare + start, end - start, sub_ends, 64 - bits, sub)
+            sub_start = start
+            for c in range((<Py_ssize_t>1) << sub):
+                if not _rh_insertion(spare, sub_start, start + sub_ends[c]):
+                    return -1
+                sub_start = start + sub_ends[c]
+        for i in range(start + 1, end):  # equal keys share a bucket: they end side by side
+            if done[i].key == done[i - 1].key:
+                ties = 1
+        for i in range(start, end):
+            rows_to[i] = done[i].row
+        start = end
+    return ties
 
 
 cdef void _rh_lsd_sort(
@@ -237,48 +295,62 @@ cdef void _rh_lsd_sort(
 
 
 def hash_order(hashes, Py_ssize_t first, Py_ssize_t count):
-    """See protocol.row_hash.py_hash_order (same arguments, same result): buckets of the top
-    bits then insertion (``_rh_bucket_sort``), or the LSD radix sort when a bucket is large;
-    both stable, so both give the reference's order."""
+    """See protocol.row_hash.py_hash_order (same arguments, same result): two levels of
+    buckets by the top bits then insertion (``_rh_bucket_sort``), or the LSD radix sort when a
+    bucket is large; both stable, so both give the reference's order."""
     cdef Py_buffer view
     cdef Py_ssize_t size = count if count > 0 else 1
     cdef uint64_t *key_block = NULL
     cdef int64_t *row_block = NULL
+    cdef _RhPair *pair_block = NULL
     cdef Py_ssize_t *ends = NULL
-    cdef uint64_t *keys
+    cdef const uint8_t *keys
     cdef int64_t *rows
-    cdef Py_ssize_t i
-    cdef int bits = 1
+    cdef Py_ssize_t i, top_buckets
+    cdef int bits = 1, verdict
     cdef bint ties = False
     if first < 0 or count < 0:
         raise ValueError("first and count must be >= 0")
     while bits < _RH_BUCKET_BITS_MAX and ((<Py_ssize_t>1) << bits) < count:
-        bits += 1  # about one bucket per row, at most 2^16 buckets
+        bits += 1  # about one bucket per row, at most 2^24 buckets
+    top_buckets = (<Py_ssize_t>1) << _rh_top_bits(bits)
     result = PyBytes_FromStringAndSize(NULL, count * 8)
     PyObject_GetBuffer(hashes, &view, PyBUF_SIMPLE)
     try:
         if (first + count) * 8 > view.len:
             raise ValueError("the hashes buffer is too short")
-        key_block = <uint64_t *>malloc(size * 16)
-        row_block = <int64_t *>malloc(size * 8)
-        ends = <Py_ssize_t *>malloc(((<Py_ssize_t>1) << bits) * sizeof(Py_ssize_t))
-        if key_block == NULL or row_block == NULL or ends == NULL:
+        pair_block = <_RhPair *>malloc(size * 2 * sizeof(_RhPair))
+        ends = <Py_ssize_t *>malloc(
+            (top_buckets + ((<Py_ssize_t>1) << _RH_SUB_BITS_MAX)) * sizeof(Py_ssize_t)
+        )
+        if pair_block == NULL or ends == NULL:
             raise MemoryError()
-        keys = key_block
+        keys = (<const uint8_t *>view.buf) + first * 8
         rows = <int64_t *>PyBytes_AS_STRING(result)
-        memcpy(keys, (<const uint8_t *>view.buf) + first * 8, count * 8)
         with nogil:
-            if _rh_bucket_sort(keys, key_block + size, rows, count, ends, bits):
-                keys = key_block + size
-            else:
-                _rh_lsd_sort(keys, key_block + size, rows, row_block, count)
-            for i in range(1, count):
-                if keys[i] == keys[i - 1]:
-                    ties = True
-                    break
+            verdict = _rh_bucket_sort(
+                keys, rows, count, pair_block, pair_block + size, ends, ends + top_buckets, bits
+            )
+        if verdict < 0:  # crowded buckets: the LSD sort, on a copy of the keys
+            free(pair_block)
+            pair_block = NULL
+            key_block = <uint64_t *>malloc(size * 16)
+            row_block = <int64_t *>malloc(size * 8)
+            if key_block == NULL or row_block == NULL:
+                raise MemoryError()
+            memcpy(key_block, keys, count * 8)
+            with nogil:
+                _rh_lsd_sort(key_block, key_block + size, rows, row_block, count)
+                for i in range(1, count):
+                    if key_block[i] == key_block[i - 1]:
+                        ties = True
+                        break
+        else:
+            ties = verdict == 1
     finally:
         PyBuffer_Release(&view)
         free(key_block)
         free(row_block)
+        free(pair_block)
         free(ends)
     return result, ties

@@ -21,9 +21,11 @@ this is *not* xxHash64). Fixed values are pinned in tests/protocol/test_row_hash
 ``row_hashes`` hashes the values of an Arrow-style binary column given as its buffers (value
 offsets, 32- or 64-bit, and data), so ``protocol`` stays free of pyarrow: ``py_row_hashes`` is
 the reference, ``row_hashes`` the compiled loop (``protocol/_rowhash.pxi``) when built.
-``hash_order`` sorts rows by such hashes (compiled: buckets by the top bits then insertion,
-an LSD radix sort when a bucket crowds; ``py_hash_order`` the reference): several times faster
-than a general sort, for the common case where no two rows share a hash. The compiled
+``hash_order`` sorts rows by such hashes (compiled: buckets by the top bits, in two levels so
+each scatter stays in cache, then insertion; an LSD radix sort when a bucket crowds;
+``py_hash_order`` the reference): several times faster than a general sort, for the common
+case where no two rows share a hash (2.8 -> 1.4 ms per 100k rows at 500k rows with the two
+levels, against one scatter into 2^16 buckets). The compiled
 ``row_hashes`` hashes four values in lockstep (one value's words form a serial chain of
 multiplies; four chains keep the multiplier busy): the same values, 4.7 -> 2.3 ms per 100k
 values of 100 B inside a sink task.

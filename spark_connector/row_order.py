@@ -22,6 +22,13 @@ ordering column the hashes are computed as the rows arrive, and when no two rows
 (nor is one null) they alone order the rows (``hash_order``: a radix sort) and the other keys
 are never built; the sorted rows are gathered a chunk at a time, as the sink sends them.
 
+The sink gets those chunks as its ``rows.Columns`` (``sorted_columns``): the values go from the
+unsorted buffers straight into the Python ``bytes`` the sink sends (``protocol.row_gather``),
+so no sorted Arrow copy is made only to be converted (``take`` then ``to_pylist`` copied each
+value twice); the other roles (key, properties...), when the input has them, are gathered by
+Arrow. With every value of one length (checked once over the task's rows) no chunk computes
+its rows' sizes. ``sorted_batches`` gives the same rows as record batches (spilled runs, tests).
+
 Rows are buffered as record batches up to a memory bound (Arrow bytes); past it, the sorted
 buffer is written to a temporary Arrow IPC file (a *run*) in Spark's local directory, and the
 runs are merged at the end (``heapq.merge`` on Python keys that order exactly as Arrow does:
@@ -42,7 +49,9 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from protocol.row_gather import Chunk, RowGather
 from protocol.row_hash import hash_order, row_hashes
+from spark_connector.rows import Columns
 
 __all__ = ["ArrowSorter", "sort_columns"]
 
@@ -171,6 +180,43 @@ def _taken(rows: pa.RecordBatch, indices: pa.Array) -> Iterator[pa.RecordBatch]:
         yield rows.take(indices.slice(start, _OUTPUT_CHUNK_ROWS))
 
 
+def _value_chunk(array: pa.Array) -> Chunk:
+    """A binary or string column's buffers, as ``RowGather`` takes them."""
+    validity, offsets, data = array.buffers()
+    wide = pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type)
+    return validity, offsets, b"" if data is None else data, array.offset, len(array), wide
+
+
+def _gathered(
+    chunks: list[pa.RecordBatch], indices: pa.Array, plan: dict[str, int]
+) -> Iterator[Columns]:
+    """The rows of ``chunks`` in the order of ``indices``, a ``Columns`` chunk at a time:
+    the values straight from the unsorted buffers into Python bytes (``RowGather``: no sorted
+    Arrow copy to convert), the other roles (if any) gathered by Arrow."""
+    gather = RowGather([_value_chunk(chunk.column(plan["value"])) for chunk in chunks])
+    # One length for every value of the task (the usual case) is one length for each chunk.
+    same = gather.nulls == 0 and gather.min_size == gather.max_size
+    value_size = gather.min_size if same else None
+    roles = [role for role in plan if role != "value"]
+    others = None
+    if roles:
+        others = _one_batch(pa.Table.from_batches(chunks).select([plan[r] for r in roles]))
+    order, first = indices.buffers()[1], indices.offset
+    for start in range(0, len(indices), _OUTPUT_CHUNK_ROWS):
+        stop = min(start + _OUTPUT_CHUNK_ROWS, len(indices))
+        bounds = (order, first + start, first + stop)
+
+        def lengths(bounds: tuple[Any, int, int] = bounds) -> pa.Array:
+            raw = gather.sizes(*bounds)
+            return pa.Array.from_buffers(pa.int64(), len(raw) // 8, [None, pa.py_buffer(raw)])
+
+        arrays = {}
+        if others is not None:
+            taken = others.take(indices.slice(start, stop - start))
+            arrays = dict(zip(roles, taken.columns, strict=True))
+        yield Columns.gathered(gather.values(*bounds), lengths, value_size, arrays)
+
+
 def _python_keys(table: pa.RecordBatch | pa.Table, key_count: int) -> list[tuple[Any, ...]]:
     """Per row, a tuple ordering as ``sort_indices`` does: null, then NaN, then values."""
     columns = []
@@ -252,16 +298,26 @@ class ArrowSorter:
     def _ordered_buffer(self, keep_keys: bool) -> tuple[pa.RecordBatch, pa.Array]:
         """The buffered rows in one batch (with their sort keys only when ``keep_keys``: a
         run) and their sorted order."""
-        if not keep_keys and self._hashes:
-            indices = _hash_order(self._hashes)
-            if indices is not None:
-                table = pa.Table.from_batches(self._buffer).combine_chunks()
-                self._take_buffer()
-                return _one_batch(table), indices
+        if not keep_keys:
+            chunks, indices = self._ordered_chunks()
+            return _one_batch(pa.Table.from_batches(chunks)), indices
         table = self._keyed()
         self._take_buffer()
-        indices = _sort_indices(table, self._keys)
-        return _one_batch(table if keep_keys else self._strip(table)), indices
+        return _one_batch(table), _sort_indices(table, self._keys)
+
+    def _ordered_chunks(self) -> tuple[list[pa.RecordBatch], pa.Array]:
+        """The buffered rows, as batches (no copy on the radix path), and their sorted order
+        (``int64`` row numbers across the batches), without the sort keys."""
+        if self._hashes:
+            indices = _hash_order(self._hashes)
+            if indices is not None:
+                chunks = self._buffer
+                self._take_buffer()
+                return chunks, indices
+        table = self._keyed()
+        self._take_buffer()
+        indices = _sort_indices(table, self._keys).view(pa.int64())  # row numbers < 2^63
+        return [_one_batch(self._strip(table))], indices
 
     def _spill(self) -> None:
         rows, indices = self._ordered_buffer(keep_keys=True)
@@ -285,6 +341,18 @@ class ArrowSorter:
         if self._buffer:
             self._spill()
         return self._merge()
+
+    def sorted_columns(self) -> Iterator[Columns]:
+        """Every row added, sorted, as the sink's ``Columns`` chunks (call once, after the
+        last ``add``; instead of ``sorted_batches``, the same rows in the same order)."""
+        plan = self.plan
+        if self.runs or not self._buffer:
+            return (Columns(batch, plan) for batch in self.sorted_batches())
+        chunks, indices = self._ordered_chunks()
+        if not _hashable(chunks[0].column(plan["value"]).type):
+            rows = _one_batch(pa.Table.from_batches(chunks))
+            return (Columns(batch, plan) for batch in _taken(rows, indices))
+        return _gathered(chunks, indices, plan)
 
     def _strip(self, table: pa.Table | pa.RecordBatch) -> Any:
         assert self._columns is not None

@@ -9,10 +9,15 @@ except for the rare row the replay guard compares (``Columns.row``: a ``SinkRow`
 When every row of a chunk has one estimated size (rows of one length: the usual case), that
 size is ``uniform`` and ``sizes`` is built as ``[size] * count`` instead of one integer per
 row from Arrow; the batch cutter then cuts by arithmetic (``batches.BatchCutter.split``).
+
+The exactly-once sink's sorted chunks come ready-made (``Columns.gathered``: ``row_order``
+builds the values' bytes from the unsorted rows and knows when every value has one length);
+the same lists, sizes and ``uniform`` as ``Columns`` of the sorted record batch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,36 +66,62 @@ class Columns:
     )
 
     def __init__(self, batch: pa.RecordBatch, plan: dict[str, int]) -> None:
-        self.count: int = batch.num_rows
+        value = batch.column(plan["value"])  # the plan requires it
+        arrays = {role: batch.column(index) for role, index in plan.items() if role != "value"}
+        self._fill(batch.num_rows, _bytes(value), lambda: _lengths(value), None, arrays)
 
-        def column(role: str) -> pa.Array | None:
-            index = plan.get(role)
-            return None if index is None else batch.column(index)
+    @classmethod
+    def gathered(
+        cls,
+        values: list[bytes | None],
+        value_lengths: Callable[[], pa.Array],
+        value_size: int | None,
+        arrays: dict[str, pa.Array],
+    ) -> Columns:
+        """A chunk whose values are already Python bytes (``row_order`` gathers them from the
+        unsorted rows): ``value_lengths()`` gives their lengths as an Arrow column (null: 0),
+        called only when needed; ``value_size`` is the one length of every value when known
+        (no null either); ``arrays`` the chunk's other roles (``Columns(batch, plan)``'s)."""
+        columns = cls.__new__(cls)
+        columns._fill(len(values), values, value_lengths, value_size, arrays)
+        return columns
 
-        value = column("value")
-        assert value is not None  # the plan requires it
-        key = column("key")
-        self.values: list[bytes | None] = _bytes(value)
+    def _fill(
+        self,
+        count: int,
+        values: list[bytes | None],
+        value_lengths: Callable[[], pa.Array],
+        value_size: int | None,
+        arrays: dict[str, pa.Array],
+    ) -> None:
+        self.count: int = count
+        self.values: list[bytes | None] = values
+        key = arrays.get("key")
         self.keys: list[str | None] | None = None if key is None else _key_text(key)
-        topic = column("topic")
+        topic = arrays.get("topic")
         self.topics: list[str | None] | None = None if topic is None else topic.to_pylist()
-        partition = column("partition")
+        partition = arrays.get("partition")
         self.partitions: list[int | None] | None = (
             None if partition is None else partition.to_pylist()
         )
-        event = column("eventTime")
+        event = arrays.get("eventTime")
         self.events: list[int | None] | None = None if event is None else _millis(event)
-        props = column("properties")
+        props = arrays.get("properties")
         self.properties: list[dict[str, str] | None] | None = (
             None if props is None else [dict(p) if p else None for p in props.to_pylist()]
         )
         self.uniform: int | None = None
-        self.sizes: list[int] = self._sizes(value, key)
+        if value_size is not None and key is None and props is None and count:
+            # Every row the same size, known without a pass over the chunk.
+            self.uniform = value_size + RECORD_OVERHEAD
+            self.sizes: list[int] = [self.uniform] * count
+        else:
+            self.sizes = self._sizes(value_lengths(), key)
 
-    def _sizes(self, value: pa.Array, key: pa.Array | None) -> list[int]:
+    def _sizes(self, value_lengths: pa.Array, key: pa.Array | None) -> list[int]:
         """Each row's estimated bytes in a batch entry (``batches``), vectorized; sets
         ``uniform`` when they are all equal."""
-        total = pc.add(pc.fill_null(pc.binary_length(value), 0), RECORD_OVERHEAD)
+        total = pc.add(value_lengths, RECORD_OVERHEAD)
         if key is not None:
             total = pc.add(total, pc.fill_null(pc.binary_length(key), 0))
         if self.properties is None and self.count:
@@ -118,6 +149,11 @@ class Columns:
             at(self.events),
             at(self.properties),
         )
+
+
+def _lengths(value: pa.Array) -> pa.Array:
+    """Each value's length in bytes (null: 0)."""
+    return pc.fill_null(pc.binary_length(value), 0)
 
 
 def _bytes(array: pa.Array) -> list[bytes | None]:

@@ -354,7 +354,7 @@ class _TaskWriter:
             return (Columns(batch, plan) for batch in batches if batch.num_rows)
         for batch in batches:
             sorter.add(batch)
-        return (Columns(batch, plan) for batch in sorter.sorted_batches() if batch.num_rows)
+        return (columns for columns in sorter.sorted_columns() if columns.count)
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
         task, options = self.task, self.options
