@@ -51,8 +51,10 @@ log = logging.getLogger(__name__)
 class Subscription:
     """One named subscription of a topic."""
 
-    #: Run a dispatch pass soon (the dispatcher's own method: the publish path calls it).
+    #: Run a dispatch pass soon (the dispatcher's own method).
     schedule_dispatch: Callable[[], None]
+    #: New entries are durable: a pass now, unless one ran this turn (the publish path).
+    entries_durable: Callable[[], None]
     #: Send as much as permits and socket buffers allow, now.
     dispatch: Callable[[], None]
 
@@ -89,6 +91,9 @@ class Subscription:
             cursor, self._in_flight, self._dispatcher.forget, batch_index_ack=limits.batch_index_ack
         )
         self.schedule_dispatch = self._dispatcher.schedule
+        # New durable entries: a tailing consumer waits for nothing else, so they go out in the
+        # turn that answers their producers (``Dispatcher.dispatch_soon``), not a turn later.
+        self.entries_durable = self._dispatcher.dispatch_soon
         self.dispatch = self._dispatcher.dispatch
 
     @property

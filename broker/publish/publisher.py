@@ -395,8 +395,10 @@ class Publisher:
             last = group[-1].position
             assert last is not None
             window.on_entries_persisted(len(group), last)
-        self._wake_readers()
+        # Receipts first: a client producing and consuming on one connection gets the receipt
+        # of an entry before the entry itself, and the readers dispatch in this same turn.
         notify_settled(group)
+        self._wake_readers()
         if dedup is not None and dedup.snapshot_due_by_entries():
             self.take_dedup_snapshot()
         interval = self._config.broker_deduplication_entries_interval

@@ -191,9 +191,9 @@ class Topic:
         return 0 if window is None else window.hidden_indexes(position)
 
     def _wake_readers(self) -> None:
-        """New durable entries: every subscription may dispatch."""
+        """New durable entries: every subscription may dispatch, now."""
         for sub in self.subscriptions.values():
-            sub.schedule_dispatch()
+            sub.entries_durable()
 
     async def set_dedup_enabled(self, enabled: bool) -> None:
         """Apply a dedup policy change (``Publisher.set_dedup_enabled``)."""
