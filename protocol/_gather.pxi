@@ -6,6 +6,7 @@
 
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.ref cimport Py_INCREF
+from libc.stdint cimport uintptr_t
 
 # Rows ahead whose table slot and first data byte are prefetched: the order is random, so each
 # row's slot and value are a cache miss; fetching them this far ahead overlaps the misses.
@@ -18,6 +19,19 @@ cdef enum:
 cdef struct _GatherRow:
     const uint8_t *address
     Py_ssize_t size
+
+
+cdef inline void _gather_prefetch(const uint8_t *address, Py_ssize_t size) noexcept nogil:
+    """Prefetch the cache lines a value spans, its first four at most (a longer copy is
+    sequential: the hardware prefetcher follows it). A value of 100 bytes spans three lines
+    more often than two: prefetching its first two left the third a miss for most rows."""
+    cdef uintptr_t line = (<uintptr_t>address) & ~(<uintptr_t>63)
+    cdef uintptr_t end = (<uintptr_t>address) + <uintptr_t>size
+    cdef int count = 0
+    while line < end and count < 4:
+        magnetar_prefetch(<const uint8_t *>line)
+        line += 64
+        count += 1
 
 
 cdef class RowGather:
@@ -144,9 +158,9 @@ cdef class RowGather:
             result = PyList_New(n)
             for i in range(n):
                 ahead = i + _GATHER_AHEAD
-                if ahead < n:  # the value's first two lines, and the table slot further ahead
-                    magnetar_prefetch(self._table[rows[ahead]].address)
-                    magnetar_prefetch(self._table[rows[ahead]].address + 64)
+                if ahead < n:  # the value's lines, and the table slot further ahead
+                    row = self._table[rows[ahead]]
+                    _gather_prefetch(row.address, row.size)
                     if ahead + _GATHER_AHEAD < n:
                         magnetar_prefetch(&self._table[rows[ahead + _GATHER_AHEAD]])
                 row = self._table[rows[i]]

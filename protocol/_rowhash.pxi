@@ -167,11 +167,48 @@ cdef enum:
     _RH_TOP_BITS = 8
     _RH_SUB_BITS_MAX = 12
     _RH_BUCKET_MAX = 64
+    _RH_KEPT_PAIRS_MAX = 1 << 21  # the scratch kept between calls: 32 MB (1M rows), at most
 
 
 cdef struct _RhPair:
     uint64_t key
     int64_t row
+
+
+# hash_order's scratch (two pairs a row) is kept from one call to the next: freed, its pages
+# went back to the system and the next call (the next Spark task) faulted every one in again,
+# which cost as much as the sort. Taken and given back with the GIL held; a call that finds it
+# taken (another thread's sort, which runs without the GIL) allocates its own.
+cdef _RhPair *_rh_kept = NULL
+cdef Py_ssize_t _rh_kept_pairs = 0
+
+
+cdef _RhPair *_rh_take_pairs(Py_ssize_t pairs, Py_ssize_t *capacity):
+    """A block of at least ``pairs`` pairs (the kept one when large enough), its size in
+    ``capacity``; NULL when out of memory."""
+    global _rh_kept, _rh_kept_pairs
+    cdef _RhPair *block
+    if _rh_kept != NULL and _rh_kept_pairs >= pairs:
+        block = _rh_kept
+        capacity[0] = _rh_kept_pairs
+        _rh_kept = NULL
+        _rh_kept_pairs = 0
+        return block
+    capacity[0] = pairs
+    return <_RhPair *>malloc(pairs * sizeof(_RhPair))
+
+
+cdef void _rh_give_pairs(_RhPair *block, Py_ssize_t capacity):
+    """Keep ``block`` for the next call (the larger of it and the one kept), or free it."""
+    global _rh_kept, _rh_kept_pairs
+    if block == NULL:
+        return
+    if capacity <= _RH_KEPT_PAIRS_MAX and capacity > _rh_kept_pairs:
+        free(_rh_kept)
+        _rh_kept = block
+        _rh_kept_pairs = capacity
+    else:
+        free(block)
 
 
 cdef void _rh_scatter(
@@ -303,6 +340,7 @@ def hash_order(hashes, Py_ssize_t first, Py_ssize_t count):
     cdef uint64_t *key_block = NULL
     cdef int64_t *row_block = NULL
     cdef _RhPair *pair_block = NULL
+    cdef Py_ssize_t pair_capacity = 0
     cdef Py_ssize_t *ends = NULL
     cdef const uint8_t *keys
     cdef int64_t *rows
@@ -319,7 +357,7 @@ def hash_order(hashes, Py_ssize_t first, Py_ssize_t count):
     try:
         if (first + count) * 8 > view.len:
             raise ValueError("the hashes buffer is too short")
-        pair_block = <_RhPair *>malloc(size * 2 * sizeof(_RhPair))
+        pair_block = _rh_take_pairs(size * 2, &pair_capacity)
         ends = <Py_ssize_t *>malloc(
             (top_buckets + ((<Py_ssize_t>1) << _RH_SUB_BITS_MAX)) * sizeof(Py_ssize_t)
         )
@@ -332,7 +370,7 @@ def hash_order(hashes, Py_ssize_t first, Py_ssize_t count):
                 keys, rows, count, pair_block, pair_block + size, ends, ends + top_buckets, bits
             )
         if verdict < 0:  # crowded buckets: the LSD sort, on a copy of the keys
-            free(pair_block)
+            _rh_give_pairs(pair_block, pair_capacity)
             pair_block = NULL
             key_block = <uint64_t *>malloc(size * 16)
             row_block = <int64_t *>malloc(size * 8)
@@ -351,6 +389,6 @@ def hash_order(hashes, Py_ssize_t first, Py_ssize_t count):
         PyBuffer_Release(&view)
         free(key_block)
         free(row_block)
-        free(pair_block)
+        _rh_give_pairs(pair_block, pair_capacity)
         free(ends)
     return result, ties

@@ -25,7 +25,9 @@ the reference, ``row_hashes`` the compiled loop (``protocol/_rowhash.pxi``) when
 each scatter stays in cache, then insertion; an LSD radix sort when a bucket crowds;
 ``py_hash_order`` the reference): several times faster than a general sort, for the common
 case where no two rows share a hash (2.8 -> 1.4 ms per 100k rows at 500k rows with the two
-levels, against one scatter into 2^16 buckets). The compiled
+levels, against one scatter into 2^16 buckets). Its scratch (32 bytes a row) is kept from one
+call to the next (up to 1M rows' worth): freed, its pages went back to the system and the next
+Spark task faulted each one in again (3.1 -> 2.2 ms per 100k rows inside a task). The compiled
 ``row_hashes`` hashes four values in lockstep (one value's words form a serial chain of
 multiplies; four chains keep the multiplier busy): the same values, 4.7 -> 2.3 ms per 100k
 values of 100 B inside a sink task.

@@ -29,6 +29,11 @@ value twice); the other roles (key, properties...), when the input has them, are
 Arrow. With every value of one length (checked once over the task's rows) no chunk computes
 its rows' sizes. ``sorted_batches`` gives the same rows as record batches (spilled runs, tests).
 
+The buffered batches are not dropped when the sort is done with them (at the end, or after a
+spill): they go to ``carry_over``, which drops them one at a time as later batches arrive, so
+each batch Spark reads lands in pages the one before it freed, as with at-least-once, instead
+of new pages (a page fault each: as much CPU as the sort).
+
 Rows are buffered as record batches up to a memory bound (Arrow bytes); past it, the sorted
 buffer is written to a temporary Arrow IPC file (a *run*) in Spark's local directory, and the
 runs are merged at the end (``heapq.merge`` on Python keys that order exactly as Arrow does:
@@ -51,6 +56,7 @@ import pyarrow.compute as pc
 
 from protocol.row_gather import Chunk, RowGather
 from protocol.row_hash import hash_order, row_hashes
+from spark_connector.carry_over import carry_over
 from spark_connector.rows import Columns
 
 __all__ = ["ArrowSorter", "sort_columns"]
@@ -253,6 +259,9 @@ class ArrowSorter:
         self.memory_bytes = memory_bytes
         self.directory = directory if directory is not None else _spill_directory()
         self.runs: list[IO[bytes]] = []
+        # Every batch added since the last spill: handed on when no longer needed
+        # (``carry_over``: the batches read later reuse their pages).
+        self._added: list[pa.RecordBatch] = []
         # The rows as they came, and (radix path) the hash of each batch's values: the other
         # sort keys are built only when needed (a run, a tie, ordering columns), which spares
         # copying the value column a second time as a key.
@@ -267,6 +276,8 @@ class ArrowSorter:
             return
         if self._columns is None:
             self._columns = list(batch.schema.names)
+        carry_over.arrived(batch.nbytes)
+        self._added.append(batch)
         self._buffer.append(batch)
         self._bytes += batch.nbytes
         if self._hashes is not None:
@@ -279,6 +290,7 @@ class ArrowSorter:
                 self._bytes += hashes.nbytes
         if self._bytes >= self.memory_bytes:
             self._spill()
+            self._hand_over()  # the run holds them now
 
     def _keyed(self) -> pa.Table:
         """The buffered rows with every sort key, in one chunk (``take`` across chunks
@@ -407,3 +419,9 @@ class ArrowSorter:
         for run in runs:
             run.close()
         self._buffer = []
+        self._hashes = None
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        added, self._added = self._added, []
+        carry_over.hand_over(added)

@@ -64,7 +64,8 @@ sent whole, consecutive batches of one length in one ``send_rows`` call (``sink_
 ``SinkRow`` is built only for a row the replay guard compares. ``compressionType`` sets the
 producers' codec. No exactly-once row can be sent before the task's last row has arrived (the
 numbering needs them all), so the producer is created while they arrive (``early_producer``)
-and only the sort's last step stays between the last row in and the first batch out.
+and only the sort's last step stays between the last row in and the first batch out. The
+batches the sort held are handed on (``carry_over``) so the next task's land in their pages.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ from client.errors import ProducerBusy
 from client.sync import Client, Producer
 from protocol.enums import CompressionType
 from spark_connector.batches import BatchCutter
+from spark_connector.carry_over import carry_over
 from spark_connector.clients import partition_topics, shared_client
 from spark_connector.early_producer import EarlyProducer
 from spark_connector.faults import commit_fault, row_fault
@@ -351,7 +353,7 @@ class _TaskWriter:
         """The task's rows: in input order, or (exactly-once) in ``row_order``'s order."""
         plan = self.plan
         if sorter is None:
-            return (Columns(batch, plan) for batch in batches if batch.num_rows)
+            return (Columns(batch, plan) for batch in carry_over.passing(batches) if batch.num_rows)
         for batch in batches:
             sorter.add(batch)
         return (columns for columns in sorter.sorted_columns() if columns.count)

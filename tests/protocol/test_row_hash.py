@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import struct
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hypothesis import given, settings
@@ -116,6 +117,27 @@ def test_hash_order_of_uniform_hashes_at_task_sizes(count: int) -> None:
         hashes[at] = hashes[at // 2]
     raw = struct.pack(f"={count}Q", *hashes)
     assert _speedups.hash_order(raw, 0, count) == _reference_order(hashes)
+
+
+def test_hash_order_reuses_its_scratch_across_calls_and_threads() -> None:
+    """The scratch kept from one call to the next (larger, smaller, then larger again, and the
+    crowded fallback in between) never leaks into a result, nor when threads sort at once
+    (the sort runs without the GIL: a call finding the scratch taken allocates its own)."""
+    rng = random.Random(7)
+    cases = []
+    for count in (50_000, 3, 20_000, 120_000, 1):
+        hashes = [rng.getrandbits(64) for _ in range(count)]
+        cases.append((struct.pack(f"={count}Q", *hashes), _reference_order(hashes)))
+    crowded = [(1 << 63) | rng.getrandbits(20) for _ in range(2000)]
+    cases.insert(2, (struct.pack("=2000Q", *crowded), _reference_order(crowded)))
+    for raw, expected in cases:
+        assert _speedups.hash_order(raw, 0, len(raw) // 8) == expected
+
+    def sort_all(_: int) -> bool:
+        return all(_speedups.hash_order(raw, 0, len(raw) // 8) == want for raw, want in cases)
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(sort_all, range(16)))
 
 
 @pytest.mark.parametrize("shared_bits", [16, 40, 64])
