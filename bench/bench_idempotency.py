@@ -332,18 +332,25 @@ def throughput(messages: int, rounds: int = 9, round_seconds: float = 1.0) -> di
     for number in range(rounds):
         per_round.append(_round(keyless, keyed, round_seconds, keyed_first=number % 2 == 1))
         no_window.append(messages / asyncio.run(_publish_seconds(keyless, window_on=False))[0])
-    ratios = sorted(r["with_keys"] / r["without_keys"] for r in per_round)
     return {
         "messages": messages,
         "rounds": rounds,
         "round_seconds": round_seconds,
         "msgs_per_s_no_window": statistics.median(no_window),
+        **_rounds_summary(per_round),
+    }
+
+
+def _rounds_summary(per_round: list[dict[str, float]]) -> dict[str, object]:
+    """Medians of interleaved keyed/keyless rounds (rates, their ratio with its spread, and the
+    event loop's CPU per message: a shared machine's other load weighs less on it)."""
+    ratios = sorted(r["with_keys"] / r["without_keys"] for r in per_round)
+    return {
         "msgs_per_s_without_keys": statistics.median(r["without_keys"] for r in per_round),
         "msgs_per_s_with_keys": statistics.median(r["with_keys"] for r in per_round),
         "ratio": statistics.median(ratios),
         "ratio_per_round_min_median_max": [ratios[0], statistics.median(ratios), ratios[-1]],
         "ratio_per_round": [r["with_keys"] / r["without_keys"] for r in per_round],
-        # The event loop's CPU per message (a shared machine's other load weighs less on it).
         "loop_cpu_us_per_msg_without_keys": statistics.median(
             r["cpu_us_without_keys"] for r in per_round
         ),
@@ -393,22 +400,11 @@ def steady_throughput(keys: int, rounds: int = 5, snapshots: int = 3) -> dict[st
                 "cpu_us_without_keys": cpu[False],
             }
         )
-    ratios = sorted(r["with_keys"] / r["without_keys"] for r in per_round)
     return {
         "window_keys": keys,
         "messages_per_run": messages,
         "rounds": rounds,
-        "msgs_per_s_without_keys": statistics.median(r["without_keys"] for r in per_round),
-        "msgs_per_s_with_keys": statistics.median(r["with_keys"] for r in per_round),
-        "ratio": statistics.median(ratios),
-        "ratio_per_round_min_median_max": [ratios[0], statistics.median(ratios), ratios[-1]],
-        "ratio_per_round": [r["with_keys"] / r["without_keys"] for r in per_round],
-        "loop_cpu_us_per_msg_without_keys": statistics.median(
-            r["cpu_us_without_keys"] for r in per_round
-        ),
-        "loop_cpu_us_per_msg_with_keys": statistics.median(
-            r["cpu_us_with_keys"] for r in per_round
-        ),
+        **_rounds_summary(per_round),
         # Per keyed run: snapshots taken on the loop and window-cursor writes in a worker
         # thread (holding the GIL while it encodes), with their median times.
         "snapshots_per_keyed_run": len(snapshot_ms) / rounds,

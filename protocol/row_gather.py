@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from protocol._accel import speedups
+from protocol.row_hash import value_bounds
 
 __all__ = ["Chunk", "PyRowGather", "RowGather"]
 
@@ -87,13 +88,7 @@ class PyRowGather:
 def _chunk_values(
     validity: Any, offsets: Any, data: Any, first: int, count: int, wide: bool
 ) -> list[bytes | None]:
-    if first < 0 or count < 0:
-        raise ValueError("first and count must be >= 0")
-    width = 8 if wide else 4
-    bounds_view = memoryview(offsets).cast("B")
-    if (first + count + 1) * width > len(bounds_view):
-        raise ValueError("the offsets buffer is too short")
-    bounds = struct.unpack_from(f"={count + 1}{'q' if wide else 'i'}", bounds_view, first * width)
+    bounds = value_bounds(offsets, first, count, wide)
     bits = None if validity is None else memoryview(validity).cast("B")
     if bits is not None and (first + count + 7) // 8 > len(bits):
         raise ValueError("the validity buffer is too short")

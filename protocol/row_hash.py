@@ -40,7 +40,14 @@ from typing import TYPE_CHECKING, Any
 
 from protocol._accel import speedups
 
-__all__ = ["hash_order", "py_hash_order", "py_row_hashes", "row_hash64", "row_hashes"]
+__all__ = [
+    "hash_order",
+    "py_hash_order",
+    "py_row_hashes",
+    "row_hash64",
+    "row_hashes",
+    "value_bounds",
+]
 
 _MASK = (1 << 64) - 1
 P1 = 0x9E3779B185EBCA87
@@ -69,6 +76,22 @@ def row_hash64(value: bytes) -> int:
     return h ^ (h >> 32)
 
 
+def value_bounds(offsets: Any, first: int, count: int, wide: bool) -> tuple[int, ...]:
+    """The ``count + 1`` offsets of a binary column's values ``first`` to ``first + count``
+    (native 64-bit integers when ``wide``, else 32-bit), checked to lie in ``offsets``.
+
+    Raises:
+        ValueError: ``first``/``count`` negative, or ``offsets`` too short.
+    """
+    if first < 0 or count < 0:
+        raise ValueError("first and count must be >= 0")
+    width = 8 if wide else 4
+    view = memoryview(offsets).cast("B")
+    if (first + count + 1) * width > len(view):
+        raise ValueError("the offsets buffer is too short")
+    return struct.unpack_from(f"={count + 1}{'q' if wide else 'i'}", view, first * width)
+
+
 def py_row_hashes(offsets: Any, data: Any, first: int, count: int, wide: bool) -> bytes:
     """The hashes of values ``first .. first + count`` of a binary column, as ``count``
     unsigned 64-bit integers in native byte order (an Arrow ``uint64`` data buffer): value
@@ -80,13 +103,7 @@ def py_row_hashes(offsets: Any, data: Any, first: int, count: int, wide: bool) -
     Raises:
         ValueError: ``first``/``count`` negative, or offsets outside the buffers.
     """
-    if first < 0 or count < 0:
-        raise ValueError("first and count must be >= 0")
-    width = 8 if wide else 4
-    bounds_view = memoryview(offsets).cast("B")
-    if (first + count + 1) * width > len(bounds_view):
-        raise ValueError("the offsets buffer is too short")
-    bounds = struct.unpack_from(f"={count + 1}{'q' if wide else 'i'}", bounds_view, first * width)
+    bounds = value_bounds(offsets, first, count, wide)
     raw = memoryview(data).cast("B")
     hashes = []
     for i in range(count):
