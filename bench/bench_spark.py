@@ -38,9 +38,11 @@ once (2 for the sink, 1 for the source), the figure the Kafka connector's benchm
 source reads the first measured exactly-once topic back with ``spark.read`` into Spark's
 ``noop`` sink (one task: one topic partition), ``--source-repeat`` times after one warm-up read
 (Spark's own cost per job, about 0.35 s here, is in every figure). ``--compression`` adds one
-exactly-once write with that ``compressionType``. Prints one JSON document with the goals of
-issue #25 side by side: source >= 300k rows/s, exactly-once sink >= 200k rows/s,
-exactly-once / at-least-once >= 0.9.
+exactly-once write with that ``compressionType``. ``--sort-buffer-bytes`` gives the exactly-once
+writes that ``exactlyOnce.sortBufferBytes`` (e.g. 16777216: a 500k-row task spills ~4 runs), to
+measure the spill path and its merge; without it the sink's default holds a task in memory.
+Prints one JSON document with the goals of issue #25 side by side: source >= 300k rows/s,
+exactly-once sink >= 200k rows/s, exactly-once / at-least-once >= 0.9.
 
     .venv/bin/python bench/bench_spark.py --repeat 11
 """
@@ -161,17 +163,25 @@ def rows_frame(spark: Any, count: int) -> Any:
     )
 
 
-def write(frame: Any, url: str, topic: str, exactly_once: bool, compression: str = "none") -> float:
+def write(
+    frame: Any,
+    url: str,
+    topic: str,
+    exactly_once: bool,
+    compression: str = "none",
+    sort_buffer_bytes: int | None = None,
+) -> float:
     start = time.perf_counter()
-    (
+    writer = (
         frame.write.format("dedup-topic")
         .option("service.url", url)
         .option("topic", topic)
         .option("exactlyOnce", str(exactly_once).lower())
         .option("compressionType", compression)
-        .mode("append")
-        .save()
     )
+    if sort_buffer_bytes is not None and exactly_once:  # the spill path (runs merged)
+        writer = writer.option("exactlyOnce.sortBufferBytes", str(sort_buffer_bytes))
+    writer.mode("append").save()
     return time.perf_counter() - start
 
 
@@ -192,9 +202,10 @@ def read(spark: Any, url: str, topic: str) -> float:
 class Sink:
     """Timed writes of one frame, with the CPU accounting of each."""
 
-    def __init__(self, frame: Any, url: str) -> None:
+    def __init__(self, frame: Any, url: str, sort_buffer_bytes: int | None = None) -> None:
         self.frame = frame
         self.url = url
+        self.sort_buffer_bytes = sort_buffer_bytes
         self.jvm = _tree_ticks(os.getpid())[1]
         self.first_eo_topic: str | None = None
 
@@ -202,7 +213,9 @@ class Sink:
         topic = f"bench-{'eo' if exactly_once else 'alo'}-{uuid.uuid4().hex}"
         tree, jit = _tree_ticks(os.getpid())[0], _jit_ticks(self.jvm)
         machine = _machine_busy_ticks()
-        seconds = write(self.frame, self.url, topic, exactly_once)
+        seconds = write(
+            self.frame, self.url, topic, exactly_once, sort_buffer_bytes=self.sort_buffer_bytes
+        )
         tree_used = _tree_ticks(os.getpid())[0] - tree
         foreign = max(_machine_busy_ticks() - machine - tree_used, 0)
         if exactly_once and self.first_eo_topic is None:
@@ -277,6 +290,12 @@ def parse_args() -> argparse.Namespace:
         "--jit-quiet-ms", type=float, default=200.0, help="JIT CPU per pair that ends warm-up"
     )
     parser.add_argument("--source-repeat", type=int, default=5, help="source reads")
+    parser.add_argument(
+        "--sort-buffer-bytes",
+        type=int,
+        help="exactly-once writes with this exactlyOnce.sortBufferBytes (default: the sink's): "
+        "below a task's Arrow size the sort spills runs and merges them",
+    )
     return parser.parse_args()
 
 
@@ -302,7 +321,7 @@ def main() -> None:
         try:
             frame = rows_frame(spark, args.rows)
             frame.count()
-            sink = Sink(frame, broker.url)
+            sink = Sink(frame, broker.url, args.sort_buffer_bytes)
             warm_jit = warm_up(sink, args.warmup, args.warmup_max, args.jit_quiet_ms)
             sink.first_eo_topic = None  # the source reads a measured topic
             rounds = [sink.pair(number) for number in range(args.repeat)]
@@ -324,6 +343,7 @@ def main() -> None:
         "rows": rows,
         "row_bytes": ROW_BYTES,
         "master": "local[2]",
+        "sort_buffer_bytes": args.sort_buffer_bytes,
         "uptime_before_after": [uptime_before, _uptime()],
         "load_average_1_5_15_before": [round(v, 2) for v in load_before],
         "load_average_1_5_15_after": [round(v, 2) for v in os.getloadavg()],

@@ -36,15 +36,13 @@ of new pages (a page fault each: as much CPU as the sort).
 
 Rows are buffered as record batches up to a memory bound (Arrow bytes); past it, the sorted
 buffer is written to a temporary Arrow IPC file (a *run*) in Spark's local directory, and the
-runs are merged at the end (``heapq.merge`` on Python keys that order exactly as Arrow does:
-``_python_keys``), so a task larger than memory is sorted with bounded memory. The merge is
-per row in Python, much slower than the in-memory sort: size ``exactlyOnce.sortBufferBytes``
-to hold a task's rows when you can.
+runs are merged at the end a block per run at a time (``run_merge``: Arrow's sort on the blocks,
+cut at the smallest of their last keys), so a task larger than memory is sorted with bounded
+memory, into the order the in-memory sort gives, wherever the spills fell.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 import os
 import tempfile
@@ -58,11 +56,15 @@ from protocol.row_gather import Chunk, RowGather
 from protocol.row_hash import hash_order, row_hashes
 from spark_connector.carry_over import carry_over
 from spark_connector.rows import Columns
+from spark_connector.run_merge import merge_rounds, merge_runs, sort_order
 
 __all__ = ["ArrowSorter", "sort_columns"]
 
 _KEY_PREFIX = "__sort_"
-_MERGE_CHUNK_ROWS = 4096
+# A run is written in record batches of about 1/64 of the buffer (4096 rows at most): the
+# merge reads a run a batch at a time, so its blocks follow the buffer, however many runs.
+_RUN_BATCH_ROWS = 4096
+_RUN_BATCHES_PER_BUFFER = 64
 _OUTPUT_CHUNK_ROWS = 8192
 _CONTENT_ROLES = ("value", "key", "topic", "partition", "eventTime", "properties")
 
@@ -168,9 +170,9 @@ def _hash_order(hashes: list[pa.Array]) -> pa.Array | None:
 
 
 def _sort_indices(table: pa.Table, key_count: int) -> pa.Array:
-    """The row order of ``table`` by its sort keys (every key, Arrow's general sort)."""
-    names = [f"{_KEY_PREFIX}{i}" for i in range(key_count)]
-    return pc.sort_indices(table, sort_keys=[(name, "ascending", "at_start") for name in names])
+    """The row order of ``table`` by its sort keys (every key, Arrow's general sort; the
+    merge of spilled runs compares rows with this same function)."""
+    return sort_order(table, [f"{_KEY_PREFIX}{i}" for i in range(key_count)])
 
 
 def _one_batch(table: pa.Table) -> pa.RecordBatch:
@@ -221,21 +223,6 @@ def _gathered(
             taken = others.take(indices.slice(start, stop - start))
             arrays = dict(zip(roles, taken.columns, strict=True))
         yield Columns.gathered(gather.values(*bounds), lengths, value_size, arrays)
-
-
-def _python_keys(table: pa.RecordBatch | pa.Table, key_count: int) -> list[tuple[Any, ...]]:
-    """Per row, a tuple ordering as ``sort_indices`` does: null, then NaN, then values."""
-    columns = []
-    for i in range(key_count):
-        column = table.column(f"{_KEY_PREFIX}{i}")
-        floating = pa.types.is_floating(column.type)
-        columns.append(
-            [
-                (0,) if v is None else (1,) if floating and math.isnan(v) else (2, v)
-                for v in column.to_pylist()
-            ]
-        )
-    return list(zip(*columns, strict=True)) if columns else [()] * table.num_rows
 
 
 def _spill_directory() -> str | None:
@@ -339,9 +326,15 @@ class ArrowSorter:
             prefix="dedup-topic-sort-", dir=self.directory
         )
         with pa.ipc.new_stream(run, table.schema) as stream:
-            stream.write_table(table, max_chunksize=_MERGE_CHUNK_ROWS)
+            stream.write_table(table, max_chunksize=self._run_batch_rows(table))
         run.seek(0)
         self.runs.append(run)
+
+    def _run_batch_rows(self, table: pa.Table) -> int:
+        """The rows of a run's record batch: about 1/64 of the buffer, 1 to 4096."""
+        row_bytes = max(int(table.nbytes) // max(int(table.num_rows), 1), 1)
+        rows = self.memory_bytes // _RUN_BATCHES_PER_BUFFER // row_bytes
+        return min(max(rows, 1), _RUN_BATCH_ROWS)
 
     def sorted_batches(self) -> Iterator[pa.RecordBatch]:
         """Every row added, sorted, without the sort keys (call once, after the last ``add``)."""
@@ -358,8 +351,12 @@ class ArrowSorter:
         """Every row added, sorted, as the sink's ``Columns`` chunks (call once, after the
         last ``add``; instead of ``sorted_batches``, the same rows in the same order)."""
         plan = self.plan
-        if self.runs or not self._buffer:
-            return (Columns(batch, plan) for batch in self.sorted_batches())
+        if self.runs:
+            if self._buffer:
+                self._spill()
+            return self._merged_columns()
+        if not self._buffer:
+            return iter(())
         chunks, indices = self._ordered_chunks()
         if not _hashable(chunks[0].column(plan["value"]).type):
             rows = _one_batch(pa.Table.from_batches(chunks))
@@ -371,48 +368,29 @@ class ArrowSorter:
         return table.select(self._columns)
 
     def _merge(self) -> Iterator[pa.RecordBatch]:
-        merged = heapq.merge(*(self._read_run(number, run) for number, run in enumerate(self.runs)))
-        chunk: list[pa.RecordBatch] = []
-        picks: list[int] = []
-        for _key, _run, _row, batch, index in merged:
-            chunk.append(batch)
-            picks.append(index)
-            if len(picks) == _MERGE_CHUNK_ROWS:
-                yield self._gather(chunk, picks)
-                chunk, picks = [], []
-        if picks:
-            yield self._gather(chunk, picks)
+        """The runs merged into one sorted stream, without the sort keys."""
+        assert self._columns is not None
+        keys, block_bytes = self._merge_plan()
+        return merge_runs(self.runs, keys, self._columns, block_bytes, _OUTPUT_CHUNK_ROWS)
 
-    def _read_run(
-        self, number: int, run: IO[bytes]
-    ) -> Iterator[tuple[tuple[Any, ...], int, int, pa.RecordBatch, int]]:
-        row = 0
-        for batch in pa.ipc.open_stream(run):
-            keys = _python_keys(batch, self._keys)
-            stripped = self._strip(batch)
-            for index, key in enumerate(keys):
-                # (key, run, row) is unique: the merge never compares batches.
-                yield key, number, row, stripped, index
-                row += 1
+    def _merged_columns(self) -> Iterator[Columns]:
+        """The runs merged, as ``Columns`` chunks: each round's values gathered straight from
+        the batches the runs hold (``RowGather``, as in memory), without a sorted copy."""
+        plan = self.plan
+        keys, block_bytes = self._merge_plan()
+        for held, emitted in merge_rounds(self.runs, keys, block_bytes, _OUTPUT_CHUNK_ROWS):
+            if _hashable(held[0].column(plan["value"]).type):
+                yield from _gathered(held, emitted, plan)
+            else:
+                rows = _one_batch(self._strip(pa.Table.from_batches(held)))
+                yield from (Columns(batch, plan) for batch in _taken(rows, emitted))
 
-    @staticmethod
-    def _gather(batches: list[pa.RecordBatch], picks: list[int]) -> pa.RecordBatch:
-        """One batch of the picked rows, in pick order."""
-        distinct: dict[int, int] = {}
-        ordered: list[pa.RecordBatch] = []
-        offsets: list[int] = []
-        total = 0
-        rows = []
-        for batch, index in zip(batches, picks, strict=True):
-            slot = distinct.get(id(batch))
-            if slot is None:
-                slot = distinct[id(batch)] = len(ordered)
-                ordered.append(batch)
-                offsets.append(total)
-                total += batch.num_rows
-            rows.append(offsets[slot] + index)
-        table = pa.Table.from_batches(ordered).combine_chunks()
-        return table.take(pa.array(rows, pa.int64())).to_batches()[0]
+    def _merge_plan(self) -> tuple[list[str], int]:
+        """The sort keys' names, and the bytes each run holds at a time: ``1 / (2 * runs)``
+        of the buffer, so that with the copy a round makes of what it emits the merge holds
+        about the buffer (plus a batch read ahead per run, 1/64 of the buffer)."""
+        keys = [f"{_KEY_PREFIX}{i}" for i in range(self._keys)]
+        return keys, max(self.memory_bytes // (2 * len(self.runs)), 1)
 
     def close(self) -> None:
         runs, self.runs = self.runs, []
