@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -136,3 +137,20 @@ class FixedPortBroker(BrokerProcess):
             self.port, self.web_port = self.fixed_port, self.fixed_web_port
             return self
         raise TimeoutError("broker process did not start")
+
+
+def run_spark_job(module: str, *args: str, timeout: float = 300) -> None:
+    """Run ``python -m tests.spark_connector.<module> *args`` (a Spark job in a process of its
+    own, for settings a shared session cannot change: ``local[2,3]`` retries, Arrow batch
+    sizes) with this interpreter for Spark's Python workers; fails with the end of its output."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    done = subprocess.run(
+        [sys.executable, "-m", f"tests.spark_connector.{module}", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

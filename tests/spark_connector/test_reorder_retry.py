@@ -8,16 +8,13 @@ as duplicates of other rows and the first attempt's rows stored twice, silently.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, BrokerThread
-from tests.spark_connector.helpers import consume_all
+from tests.helpers import BrokerThread
+from tests.spark_connector.helpers import consume_all, run_spark_job
 from tests.spark_connector.reorder_job import ROWS
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
@@ -26,17 +23,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
 def test_reordered_retry_writes_every_row_once_and_a_changed_one_fails(
     broker: BrokerThread, tmp_path: Path
 ) -> None:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.spark_connector.reorder_job", broker.url, str(tmp_path)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_spark_job("reorder_job", broker.url, str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
 
     assert results["permute"] == "ok", results["permute"][-2500:]

@@ -20,19 +20,14 @@ from hypothesis import strategies as st
 from spark_connector import row_order
 from spark_connector.row_order import ArrowSorter, sort_columns
 from spark_connector.rows import Columns
+from tests.spark_connector.test_row_order import PLAN
+from tests.spark_connector.test_row_order import SCHEMA as ROW_ORDER_SCHEMA
 from tests.spark_connector.test_row_order_columns import snapshot
 
-PLAN = {"value": 0, "key": 1, "topic": 2, "partition": 3, "eventTime": 4, "properties": 5}
+# test_row_order's rows, with ordering columns of three more types.
 SCHEMA = pa.schema(
     [
-        ("value", pa.binary()),
-        ("key", pa.string()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("eventTime", pa.timestamp("us", tz="UTC")),
-        ("properties", pa.map_(pa.string(), pa.string())),
-        ("f", pa.float64()),
-        ("tags", pa.list_(pa.string())),
+        *ROW_ORDER_SCHEMA,
         ("seq", pa.int64()),
         ("name", pa.large_string()),
         ("day", pa.date32()),

@@ -7,16 +7,13 @@ rows would be dropped as duplicates of others."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, BrokerThread
-from tests.spark_connector.helpers import consume_all
+from tests.helpers import BrokerThread
+from tests.spark_connector.helpers import consume_all, run_spark_job
 from tests.spark_connector.spill_retry_job import FAULT_ROWS, ROWS, SORT_BUFFER_BYTES
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
@@ -25,17 +22,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
 def test_spilled_sort_numbers_a_reordered_retry_alike(broker: BrokerThread, tmp_path: Path) -> None:
     # Each task's rows (half of them, over 100 bytes each) fill the buffer many times over.
     assert len(ROWS) // 2 * 100 > 8 * SORT_BUFFER_BYTES
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.spark_connector.spill_retry_job", broker.url, str(tmp_path)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_spark_job("spill_retry_job", broker.url, str(tmp_path))
     result = json.loads((tmp_path / "results.json").read_text())["spill"]
     assert result == "ok", result[-2500:]
     written = consume_all(broker.url, "spill-retry")
