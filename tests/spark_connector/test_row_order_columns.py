@@ -32,6 +32,33 @@ def snapshot(columns: Columns) -> tuple[Any, ...]:
     return tuple(getattr(columns, name) for name in Columns.__slots__)
 
 
+def sorted_both_ways(
+    batches: list[pa.RecordBatch],
+    plan: dict[str, int],
+    directory: Path,
+    order: tuple[int, ...] = (),
+    memory: int = 1 << 30,
+) -> tuple[list[pa.RecordBatch], list[tuple[Any, ...]], int]:
+    """The batches of ``sorted_batches``, the chunks of ``sorted_columns`` (checked equal to
+    ``Columns`` of those batches) and the number of runs the sort spilled."""
+    chunks = []
+    for method in ("sorted_batches", "sorted_columns"):
+        sorter = ArrowSorter(plan, order, memory, str(directory))
+        try:
+            for batch in batches:
+                sorter.add(batch)
+            out = list(getattr(sorter, method)())
+            runs = len(sorter.runs)
+        finally:
+            sorter.close()
+        if method == "sorted_batches":
+            merged = out
+            out = [Columns(batch, plan) for batch in out]
+        chunks.append([snapshot(columns) for columns in out])
+    assert chunks[1] == chunks[0]
+    return merged, chunks[1], runs
+
+
 def both_ways(
     batches: list[pa.RecordBatch],
     plan: dict[str, int],
@@ -40,20 +67,7 @@ def both_ways(
     memory: int = 1 << 30,
 ) -> list[tuple[Any, ...]]:
     """The chunks of ``sorted_columns``, checked equal to ``Columns`` of ``sorted_batches``."""
-    chunks = []
-    for method in ("sorted_batches", "sorted_columns"):
-        sorter = ArrowSorter(plan, order, memory, str(directory))
-        try:
-            for batch in batches:
-                sorter.add(batch)
-            out = getattr(sorter, method)()
-            if method == "sorted_batches":
-                out = (Columns(batch, plan) for batch in out)
-            chunks.append([snapshot(columns) for columns in out])
-        finally:
-            sorter.close()
-    assert chunks[1] == chunks[0]
-    return chunks[1]
+    return sorted_both_ways(batches, plan, directory, order, memory)[1]
 
 
 def values_of(count: int, seed: int, sizes: tuple[int, ...] = (100,)) -> list[bytes]:

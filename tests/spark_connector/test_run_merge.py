@@ -19,10 +19,9 @@ from hypothesis import strategies as st
 
 from spark_connector import row_order
 from spark_connector.row_order import ArrowSorter, sort_columns
-from spark_connector.rows import Columns
 from tests.spark_connector.test_row_order import PLAN
 from tests.spark_connector.test_row_order import SCHEMA as ROW_ORDER_SCHEMA
-from tests.spark_connector.test_row_order_columns import snapshot
+from tests.spark_connector.test_row_order_columns import sorted_both_ways
 
 # test_row_order's rows, with ordering columns of three more types.
 SCHEMA = pa.schema(
@@ -89,21 +88,7 @@ def sorted_rows(
 ) -> tuple[list[pa.RecordBatch], int]:
     """The sorted batches and the number of runs; checks that ``sorted_columns`` (the sink's
     path: values gathered straight from what the runs hold) gives ``Columns`` of them."""
-    chunks = []
-    for method in ("sorted_batches", "sorted_columns"):
-        sorter = ArrowSorter(PLAN, order, memory, str(directory))
-        try:
-            for batch in batches:
-                sorter.add(batch)
-            out = list(getattr(sorter, method)())
-            runs = len(sorter.runs)
-        finally:
-            sorter.close()
-        if method == "sorted_batches":
-            merged = out
-            out = [Columns(batch, PLAN) for batch in out]
-        chunks.append([snapshot(columns) for columns in out])
-    assert chunks[1] == chunks[0]
+    merged, _chunks, runs = sorted_both_ways(batches, PLAN, directory, order, memory)
     return merged, runs
 
 
